@@ -1,0 +1,35 @@
+"""django-delayq: reliable, precise delayed tasks for Django.
+
+The database row is the source of truth; Redis is the fast index.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "Call",
+    "cancel",
+    "reschedule",
+    "schedule",
+    "schedule_many",
+    "task",
+]
+
+from .registry import task
+
+if TYPE_CHECKING:
+    from .api import Call, cancel, reschedule, schedule, schedule_many
+
+
+def __getattr__(name: str) -> Any:
+    # The API imports the models, which need the app registry: import it on
+    # first use so that "from django_delayq import task" works in a tasks.py
+    # imported while apps are still loading.
+    if name in {"Call", "cancel", "reschedule", "schedule", "schedule_many"}:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,353 @@
+"""``schedule()``, ``schedule_many()``, ``cancel()`` and ``reschedule()``.
+
+Every function writes the task row in the caller's transaction (or in its own
+when there is none) and touches Redis only from ``transaction.on_commit``:
+
+* a rolled-back transaction or savepoint leaves no row and no Redis member;
+* a Redis failure after the commit never reaches the caller: the task goes to
+  the outbox and the sweeper replays it.
+
+All validation happens before the first write, so bad input writes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, router, transaction
+from django.utils import timezone
+
+from . import registry
+from .conf import get_settings
+from .exceptions import (
+    DuplicateTask,
+    InvalidArgument,
+    InvalidTaskState,
+    TaskNotFound,
+)
+from .ids import shard_of, uuid7
+from .models import ACTIVE_STATUSES, DelayedTask, OutboxEntry, Status
+from .payload import check_payload
+from .sync import index_after_commit, unindex_after_commit
+from .timing import resolve_run_at
+
+MAX_KEY_LENGTH = 200
+
+
+@dataclass(frozen=True)
+class Call:
+    """One task call for :func:`schedule_many`; fields as in :func:`schedule`."""
+
+    task: Any
+    args: Sequence[Any] = ()
+    kwargs: dict[str, Any] | None = None
+    delay: float | datetime.timedelta | None = None
+    eta: datetime.datetime | None = None
+    queue: str | None = None
+    key: str | None = None
+    max_attempts: int | None = None
+
+
+def schedule(
+    fn_or_name: Any,
+    *,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    delay: float | datetime.timedelta | None = None,
+    eta: datetime.datetime | None = None,
+    queue: str | None = None,
+    key: str | None = None,
+    replace: bool = False,
+    max_attempts: int | None = None,
+    using: str | None = None,
+) -> DelayedTask:
+    """Schedule a registered task to run after ``delay`` seconds or at ``eta``.
+
+    :param fn_or_name: a ``@task`` function or its registered name.
+    :param args: positional arguments, JSON-serializable.
+    :param kwargs: keyword arguments, JSON-serializable.
+    :param delay: seconds (int, float or ``timedelta``) from now.
+    :param eta: an aware ``datetime``. Pass at most one of ``delay`` and
+        ``eta``; with neither the task runs as soon as possible.
+    :param queue: overrides the task's queue.
+    :param key: a dedupe key: at most one scheduled or running task holds it.
+        Scheduling a held key raises :class:`~django_delayq.exceptions.DuplicateTask`
+        unless ``replace=True``, which cancels the scheduled holder first.
+    :param max_attempts: overrides the task's ``max_attempts``.
+    :param using: the database alias; defaults to the router's choice.
+    :returns: the saved :class:`~django_delayq.models.DelayedTask`.
+    """
+    if not isinstance(replace, bool):
+        raise InvalidArgument(f"replace= must be True or False; got {replace!r}.")
+    if replace and key is None:
+        raise InvalidArgument(
+            "replace=True needs key=: it replaces the task holding that key."
+        )
+    task = _prepare(
+        Call(fn_or_name, args, kwargs, delay, eta, queue, key, max_attempts)
+    )
+    db = _db(using)
+    if key is None:
+        # A UUID primary key cannot conflict, so a plain INSERT is enough: it
+        # joins the caller's transaction, or commits on its own in autocommit.
+        task.save(force_insert=True, using=db)
+        index_after_commit([task], OutboxEntry.Action.SCHEDULE, db)
+        return task
+    # A savepoint (when the caller has a transaction): if the key is held,
+    # the failed INSERT and any replacement are undone and the caller's
+    # transaction stays usable (PostgreSQL aborts it on a failed statement).
+    with _key_clash_as_duplicate([key], db), transaction.atomic(using=db):
+        if replace:
+            _release_key(key, db)
+        task.save(force_insert=True, using=db)
+        index_after_commit([task], OutboxEntry.Action.SCHEDULE, db)
+    return task
+
+
+def schedule_many(
+    calls: Iterable[Call], *, using: str | None = None
+) -> list[DelayedTask]:
+    """Schedule many tasks with one bulk INSERT and one Redis round trip.
+
+    All calls are validated before anything is written; a bad call or a held
+    key fails the whole batch.
+    """
+    tasks = []
+    seen_keys: dict[str, int] = {}
+    for position, call in enumerate(calls):
+        if not isinstance(call, Call):
+            raise TypeError(
+                f"schedule_many() takes Call objects; item {position} is a "
+                f"{type(call).__name__}."
+            )
+        task = _prepare(call)
+        if task.key is not None:
+            if task.key in seen_keys:
+                raise DuplicateTask(
+                    f"key={task.key!r} appears twice in the batch (items "
+                    f"{seen_keys[task.key]} and {position}).",
+                    key=task.key,
+                )
+            seen_keys[task.key] = position
+        tasks.append(task)
+    if not tasks:
+        return []
+    db = _db(using)
+    with _key_clash_as_duplicate(seen_keys, db), transaction.atomic(using=db):
+        DelayedTask.objects.using(db).bulk_create(tasks, batch_size=1000)
+        index_after_commit(tasks, OutboxEntry.Action.SCHEDULE, db)
+    return tasks
+
+
+def cancel(
+    task_or_id: DelayedTask | uuid.UUID | str | None = None,
+    *,
+    key: str | None = None,
+    using: str | None = None,
+) -> bool:
+    """Cancel a scheduled task, by task, id or dedupe key.
+
+    :returns: ``True`` if this call cancelled it; ``False`` if there is no
+        such task or it is no longer scheduled (running, finished or already
+        cancelled). A running task is not interrupted.
+    """
+    lookup = _lookup(task_or_id, key)
+    db = _db(using)
+    # savepoint=False: no extra SAVEPOINT round trips inside the caller's
+    # transaction. Nothing below raises on purpose (a raise through this block
+    # would mark the caller's transaction for rollback).
+    with transaction.atomic(using=db, savepoint=False):
+        row = _locked_row(lookup, db)
+        if row is None or row.status != Status.SCHEDULED:
+            return False
+        now = timezone.now()
+        # Fenced on status: a worker that claimed the row first wins.
+        updated = (
+            DelayedTask.objects.using(db)
+            .filter(pk=row.pk, status=Status.SCHEDULED)
+            .update(status=Status.CANCELLED, finished_at=now)
+        )
+        if not updated:
+            return False
+        unindex_after_commit([row], OutboxEntry.Action.CANCEL, db)
+    if isinstance(task_or_id, DelayedTask):
+        task_or_id.status = Status.CANCELLED
+        task_or_id.finished_at = now
+    return True
+
+
+def reschedule(
+    task_or_id: DelayedTask | uuid.UUID | str | None = None,
+    *,
+    key: str | None = None,
+    delay: float | datetime.timedelta | None = None,
+    eta: datetime.datetime | None = None,
+    using: str | None = None,
+) -> DelayedTask:
+    """Move a scheduled task to a new time (``delay``, ``eta``, or now).
+
+    :raises TaskNotFound: no scheduled or running task matches.
+    :raises InvalidTaskState: the task is already running.
+    :returns: the updated row.
+    """
+    run_at = resolve_run_at(delay, eta)
+    lookup = _lookup(task_or_id, key)
+    db = _db(using)
+    with transaction.atomic(using=db, savepoint=False):
+        row = _locked_row(lookup, db)
+        if row is not None and row.status == Status.SCHEDULED:
+            DelayedTask.objects.using(db).filter(
+                pk=row.pk, status=Status.SCHEDULED
+            ).update(run_at=run_at)
+            row.run_at = run_at
+            index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
+    # Raised only after the block, so the caller's transaction stays usable.
+    if row is None:
+        raise TaskNotFound(
+            f"No scheduled task with {lookup}; finished and "
+            f"cancelled tasks cannot be rescheduled, schedule() a new one."
+        )
+    if row.status != Status.SCHEDULED:
+        raise InvalidTaskState(
+            f"Task {row.pk} is {row.status}; only scheduled tasks can be rescheduled."
+        )
+    if isinstance(task_or_id, DelayedTask):
+        task_or_id.run_at = run_at
+    return row
+
+
+def _prepare(call: Call) -> DelayedTask:
+    """Validate one call and return its unsaved row (no I/O)."""
+    settings = get_settings()
+    registered = registry.resolve(call.task)
+    queue = settings.queue(call.queue or registered.queue or "default")
+    run_at = resolve_run_at(call.delay, call.eta)
+    args, kwargs = check_payload(
+        call.args, call.kwargs, max_bytes=settings.max_payload_bytes
+    )
+    if call.key is not None and (
+        not isinstance(call.key, str) or not 0 < len(call.key) <= MAX_KEY_LENGTH
+    ):
+        raise InvalidArgument(
+            f"key= must be a non-empty string of at most {MAX_KEY_LENGTH} "
+            f"characters; got {call.key!r}."
+        )
+    max_attempts = call.max_attempts
+    if max_attempts is None:
+        max_attempts = registered.max_attempts or settings.max_attempts
+    registry.validate_max_attempts(max_attempts, where="max_attempts=")
+    task_id = uuid7()
+    return DelayedTask(
+        id=task_id,
+        name=registered.name,
+        queue=queue.name,
+        shard=shard_of(task_id, queue.shards),
+        args=args,
+        kwargs=kwargs,
+        key=call.key,
+        run_at=run_at,
+        max_attempts=max_attempts,
+    )
+
+
+@contextlib.contextmanager
+def _key_clash_as_duplicate(keys: Iterable[str | None], db: str) -> Iterator[None]:
+    """Turn a violation of the active-key constraint into :class:`DuplicateTask`.
+
+    Wraps an ``atomic()`` block, so the failed statement is already rolled
+    back and the holder can be looked up.
+    """
+    try:
+        yield
+    except IntegrityError:
+        wanted = [key for key in keys if key is not None]
+        holder = (
+            DelayedTask.objects.using(db)
+            .filter(key__in=wanted, status__in=ACTIVE_STATUSES)
+            .only("id", "key", "status")
+            .first()
+        )
+        if holder is None or holder.key is None:
+            raise
+        raise DuplicateTask(
+            f"key={holder.key!r} is held by {holder.status} task {holder.pk}. "
+            f"Pass replace=True to cancel it and schedule this one, or cancel "
+            f"it first.",
+            key=holder.key,
+            existing_id=holder.pk,
+        ) from None
+
+
+def _release_key(key: str, db: str) -> None:
+    """Cancel the scheduled task holding ``key`` (for ``replace=True``)."""
+    holder = (
+        DelayedTask.objects.using(db)
+        .select_for_update()
+        .filter(key=key, status__in=ACTIVE_STATUSES)
+        .only("id", "queue", "shard", "status", "key")
+        .first()
+    )
+    if holder is None:
+        return
+    if holder.status != Status.SCHEDULED:
+        raise DuplicateTask(
+            f"key={key!r} is held by task {holder.pk}, which is already "
+            f"running and cannot be replaced; schedule again after it finishes.",
+            key=key,
+            existing_id=holder.pk,
+        )
+    DelayedTask.objects.using(db).filter(pk=holder.pk, status=Status.SCHEDULED).update(
+        status=Status.CANCELLED, finished_at=timezone.now()
+    )
+    unindex_after_commit([holder], OutboxEntry.Action.CANCEL, db)
+
+
+@dataclass(frozen=True)
+class _Lookup:
+    task_id: uuid.UUID | None = None
+    key: str | None = None
+
+    def __str__(self) -> str:
+        return f"key={self.key!r}" if self.key is not None else f"id {self.task_id}"
+
+
+def _lookup(task_or_id: object, key: str | None) -> _Lookup:
+    """Validate "a task, an id or a key" before any database work."""
+    if (task_or_id is None) == (key is None):
+        raise InvalidArgument("Pass a task (or its id) or key=, exactly one of them.")
+    if key is not None:
+        if not isinstance(key, str):
+            raise InvalidArgument(f"key= must be a string; got {key!r}.")
+        return _Lookup(key=key)
+    if isinstance(task_or_id, DelayedTask):
+        return _Lookup(task_id=task_or_id.pk)
+    if isinstance(task_or_id, uuid.UUID):
+        return _Lookup(task_id=task_or_id)
+    if isinstance(task_or_id, str):
+        try:
+            return _Lookup(task_id=uuid.UUID(task_or_id))
+        except ValueError:
+            raise InvalidArgument(
+                f"{task_or_id!r} is not a task id (a UUID)."
+            ) from None
+    raise TypeError(
+        f"Expected a DelayedTask, a UUID or a UUID string, not "
+        f"{type(task_or_id).__name__}."
+    )
+
+
+def _locked_row(lookup: _Lookup, db: str) -> DelayedTask | None:
+    rows = DelayedTask.objects.using(db).select_for_update()
+    if lookup.key is not None:
+        return rows.filter(key=lookup.key, status__in=ACTIVE_STATUSES).first()
+    assert lookup.task_id is not None
+    return rows.filter(pk=lookup.task_id).first()
+
+
+def _db(using: str | None) -> str:
+    return using or router.db_for_write(DelayedTask)

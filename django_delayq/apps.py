@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
+
+
+class DelayQueueConfig(AppConfig):
+    name = "django_delayq"
+    label = "django_delayq"
+    verbose_name = _("Delayed tasks")
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Wiring only: no settings are read and no connection is opened here.
+        from django.core.checks import register
+        from django.core.signals import setting_changed
+
+        from . import checks, conf
+
+        register(checks.check_settings, "django_delayq")
+        register(checks.check_tasks, "django_delayq")
+        setting_changed.connect(conf.reset, dispatch_uid="django_delayq.conf.reset")
+        setting_changed.connect(
+            _reset_connections, dispatch_uid="django_delayq.connection.reset"
+        )
+
+
+def _reset_connections(**kwargs: object) -> None:
+    if kwargs.get("setting") in ("DELAYQ", "CACHES"):
+        from .store import connection
+
+        connection.reset()

@@ -1,0 +1,41 @@
+"""System checks (``manage.py check``), ids ``delayq.E001``... and ``delayq.W001``.
+
+See docs/reference/checks.md for the meaning of each id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.checks import CheckMessage, Error, Warning
+
+from . import conf, registry
+from .exceptions import InvalidConfiguration
+
+
+def check_settings(**kwargs: Any) -> list[CheckMessage]:
+    """Report everything wrong with ``settings.DELAYQ``."""
+    messages: list[CheckMessage] = []
+    for problem in conf.find_problems(conf.raw_settings()):
+        kind = Error if problem.error else Warning
+        messages.append(kind(problem.msg, hint=problem.hint, id=problem.id))
+    return messages
+
+
+def check_tasks(**kwargs: Any) -> list[CheckMessage]:
+    """Report registered tasks whose queue is not configured (``delayq.E008``)."""
+    try:
+        settings = conf.parse(conf.raw_settings())
+    except InvalidConfiguration:
+        return []  # check_settings reports it
+    return [
+        Error(
+            f"Task {name!r} uses queue {task.queue!r}, which is not configured.",
+            hint=f'Add {task.queue!r} to settings.DELAYQ["QUEUES"], or change '
+            f"the task's queue.",
+            obj=name,
+            id="delayq.E008",
+        )
+        for name, task in sorted(registry.all_tasks().items())
+        if task.queue is not None and task.queue not in settings.queues
+    ]

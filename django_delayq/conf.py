@@ -1,0 +1,324 @@
+"""The ``DELAYQ`` setting, parsed into a typed, immutable object.
+
+Settings are never read at import time: :func:`get_settings` parses them on
+first use and caches the result until Django's ``setting_changed`` signal
+says ``DELAYQ`` or ``CACHES`` changed (``override_settings`` in tests).
+
+Parsing and the system checks share one validator, :func:`find_problems`, so
+``manage.py check`` and a runtime error always say the same thing.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings as django_settings
+
+from .exceptions import InvalidConfiguration, UnknownQueue
+
+DEFAULT_QUEUE = "default"
+
+#: Every key ``DELAYQ`` understands, with its default.
+DEFAULTS: dict[str, Any] = {
+    "REDIS_URL": None,
+    "CACHE_ALIAS": None,
+    "KEY_PREFIX": "delayq",
+    "QUEUES": {},
+    "MAX_PAYLOAD_BYTES": 64 * 1024,
+    "MAX_ATTEMPTS": 3,
+    "REDIS_TIMEOUT": 0.25,
+}
+
+_QUEUE_KEYS = {"shards"}
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_KEY_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+_MAX_SHARDS = 1024
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the settings, as a system check reports it."""
+
+    id: str
+    msg: str
+    hint: str
+    error: bool = True
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    name: str
+    shards: int
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The parsed ``DELAYQ`` setting."""
+
+    redis_url: str | None
+    cache_alias: str | None
+    key_prefix: str
+    queues: Mapping[str, QueueSettings]
+    max_payload_bytes: int
+    max_attempts: int
+    redis_timeout: float
+
+    def queue(self, name: str) -> QueueSettings:
+        """Return the settings of queue ``name`` or raise :class:`UnknownQueue`."""
+        try:
+            return self.queues[name]
+        except KeyError:
+            known = ", ".join(sorted(self.queues))
+            raise UnknownQueue(
+                f"queue={name!r} is not configured (configured: {known}). "
+                f'Add it to settings.DELAYQ["QUEUES"], e.g. '
+                f'"QUEUES": {{{name!r}: {{"shards": 1}}}}.'
+            ) from None
+
+
+def raw_settings() -> Any:
+    return getattr(django_settings, "DELAYQ", None)
+
+
+def find_problems(raw: Any) -> list[Problem]:
+    """Return everything wrong with a ``DELAYQ`` value (empty when it is valid)."""
+    example = "DELAYQ = {'REDIS_URL': 'redis://127.0.0.1:6379/0'}"
+    if raw is None:
+        return [
+            Problem(
+                "delayq.E002",
+                "settings.DELAYQ is not set, so django-delayq has no Redis connection.",
+                f"Add {example}, or point CACHE_ALIAS at a django-redis cache.",
+            )
+        ]
+    if not isinstance(raw, Mapping):
+        return [
+            Problem(
+                "delayq.E001",
+                f"settings.DELAYQ must be a dict, not {type(raw).__name__}.",
+                f"Use {example}.",
+            )
+        ]
+    problems = [*_unknown_keys(raw), *_connection_problems(raw)]
+    problems += _queue_problems(raw.get("QUEUES", DEFAULTS["QUEUES"]))
+    problems += _number_problems(raw)
+    prefix = raw.get("KEY_PREFIX", DEFAULTS["KEY_PREFIX"])
+    if not isinstance(prefix, str) or not _KEY_PREFIX.match(prefix):
+        problems.append(
+            Problem(
+                "delayq.E007",
+                f'DELAYQ["KEY_PREFIX"] must be 1-64 characters of letters, '
+                f"digits and _.:- (no braces: they mark Redis Cluster hash "
+                f"tags); got {prefix!r}.",
+                'Use e.g. "KEY_PREFIX": "delayq".',
+            )
+        )
+    return problems
+
+
+def _unknown_keys(raw: Mapping[Any, Any]) -> list[Problem]:
+    problems = []
+    for key in raw:
+        if key in DEFAULTS:
+            continue
+        close = difflib.get_close_matches(str(key), DEFAULTS, n=1)
+        hint = (
+            f"Did you mean {close[0]!r}?"
+            if close
+            else f"Known keys: {', '.join(DEFAULTS)}."
+        )
+        problems.append(
+            Problem(
+                "delayq.W001",
+                f"settings.DELAYQ has an unknown key {key!r}; it is ignored.",
+                hint,
+                error=False,
+            )
+        )
+    return problems
+
+
+def _connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:
+    url, alias = raw.get("REDIS_URL"), raw.get("CACHE_ALIAS")
+    if (url is None) == (alias is None):
+        state = "both are set" if url is not None else "neither is set"
+        return [
+            Problem(
+                "delayq.E002",
+                f'DELAYQ needs exactly one of "REDIS_URL" and "CACHE_ALIAS"; {state}.',
+                'Set "REDIS_URL": "redis://host:6379/0", or "CACHE_ALIAS" '
+                "naming a django-redis cache in CACHES.",
+            )
+        ]
+    if url is not None:
+        scheme = urlsplit(url).scheme if isinstance(url, str) else None
+        if scheme not in _REDIS_SCHEMES:
+            return [
+                Problem(
+                    "delayq.E003",
+                    f'DELAYQ["REDIS_URL"] must be a redis://, rediss:// or '
+                    f"unix:// URL; got {url!r}.",
+                    'For example "redis://:password@127.0.0.1:6379/0", or '
+                    '"rediss://..." for TLS.',
+                )
+            ]
+        return []
+    caches = getattr(django_settings, "CACHES", {})
+    if not isinstance(alias, str) or alias not in caches:
+        return [
+            Problem(
+                "delayq.E004",
+                f'DELAYQ["CACHE_ALIAS"] = {alias!r} is not a key of settings.CACHES.',
+                f"Use one of: {', '.join(map(repr, caches)) or '(none)'}.",
+            )
+        ]
+    backend = str(caches[alias].get("BACKEND", ""))
+    if not backend.startswith("django_redis."):
+        return [
+            Problem(
+                "delayq.E004",
+                f"CACHES[{alias!r}] uses {backend!r}; CACHE_ALIAS must name a "
+                f"django-redis cache.",
+                'Set its BACKEND to "django_redis.cache.RedisCache", or use '
+                '"REDIS_URL" instead of "CACHE_ALIAS".',
+            )
+        ]
+    return []
+
+
+def _queue_problems(queues: Any) -> list[Problem]:
+    hint = 'For example "QUEUES": {"orders": {"shards": 4}}.'
+    if not isinstance(queues, Mapping):
+        return [
+            Problem(
+                "delayq.E005",
+                f'DELAYQ["QUEUES"] must be a dict of queue name to options, '
+                f"not {type(queues).__name__}.",
+                hint,
+            )
+        ]
+    problems = []
+    for name, options in queues.items():
+        where = f'DELAYQ["QUEUES"][{name!r}]'
+        if not isinstance(name, str) or not _QUEUE_NAME.match(name):
+            problems.append(
+                Problem(
+                    "delayq.E005",
+                    f"{where}: a queue name must be 1-64 letters, digits or "
+                    f"_.- characters.",
+                    hint,
+                )
+            )
+            continue
+        if not isinstance(options, Mapping):
+            problems.append(
+                Problem("delayq.E005", f"{where} must be a dict of options.", hint)
+            )
+            continue
+        unknown = set(options) - _QUEUE_KEYS
+        if unknown:
+            problems.append(
+                Problem(
+                    "delayq.E005",
+                    f"{where} has unknown option(s) {sorted(map(str, unknown))}.",
+                    f"Known options: {', '.join(sorted(_QUEUE_KEYS))}.",
+                )
+            )
+        shards = options.get("shards", 1)
+        if not _is_int(shards) or not 1 <= shards <= _MAX_SHARDS:
+            problems.append(
+                Problem(
+                    "delayq.E005",
+                    f'{where}["shards"] must be an integer from 1 to '
+                    f"{_MAX_SHARDS}; got {shards!r}.",
+                    hint,
+                )
+            )
+    return problems
+
+
+def _number_problems(raw: Mapping[Any, Any]) -> list[Problem]:
+    problems = []
+    for key, low, high, integer in (
+        ("MAX_PAYLOAD_BYTES", 1, 64 * 1024 * 1024, True),
+        ("MAX_ATTEMPTS", 1, 1000, True),
+        ("REDIS_TIMEOUT", 0.001, 60.0, False),
+    ):
+        value = raw.get(key, DEFAULTS[key])
+        valid_type = _is_int(value) if integer else _is_number(value)
+        if not valid_type or not low <= value <= high:
+            kind = "an integer" if integer else "a number of seconds"
+            problems.append(
+                Problem(
+                    "delayq.E006",
+                    f'DELAYQ["{key}"] must be {kind} from {low} to {high}; '
+                    f"got {value!r}.",
+                    f"Remove it to use the default ({DEFAULTS[key]!r}).",
+                )
+            )
+    return problems
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    )
+
+
+def parse(raw: Any) -> Settings:
+    """Build :class:`Settings` from a ``DELAYQ`` value or raise on the first error."""
+    errors = [p for p in find_problems(raw) if p.error]
+    if errors:
+        first = errors[0]
+        raise InvalidConfiguration(f"{first.msg} {first.hint} ({first.id})")
+    values = {**DEFAULTS, **raw}
+    queues = {DEFAULT_QUEUE: QueueSettings(DEFAULT_QUEUE, 1)}
+    for name, options in values["QUEUES"].items():
+        queues[name] = QueueSettings(name, options.get("shards", 1))
+    return Settings(
+        redis_url=values["REDIS_URL"],
+        cache_alias=values["CACHE_ALIAS"],
+        key_prefix=values["KEY_PREFIX"],
+        queues=queues,
+        max_payload_bytes=values["MAX_PAYLOAD_BYTES"],
+        max_attempts=values["MAX_ATTEMPTS"],
+        redis_timeout=float(values["REDIS_TIMEOUT"]),
+    )
+
+
+_lock = threading.Lock()
+_cached: Settings | None = None
+
+
+def get_settings() -> Settings:
+    """Return the parsed ``DELAYQ`` setting, parsing it on first use."""
+    global _cached
+    current = _cached
+    if current is None:
+        with _lock:
+            if _cached is None:
+                _cached = parse(raw_settings())
+            current = _cached
+    return current
+
+
+def reset(**kwargs: Any) -> None:
+    """Forget the parsed settings (a ``setting_changed`` receiver)."""
+    global _cached
+    if kwargs.get("setting", "DELAYQ") in ("DELAYQ", "CACHES"):
+        with _lock:
+            _cached = None

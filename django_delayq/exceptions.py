@@ -1,0 +1,64 @@
+"""Exceptions raised by django-delayq.
+
+Every exception derives from :class:`DelayQueueException`. Where Python users
+expect a built-in category (a wrong type, a bad value, a missing name) the
+exception also derives from that built-in, so ``except ValueError`` keeps
+working.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+class DelayQueueException(Exception):
+    """Base class of every exception django-delayq raises."""
+
+
+class InvalidConfiguration(DelayQueueException, ImproperlyConfigured):
+    """The ``DELAYQ`` setting (or a related one) is wrong."""
+
+
+class InvalidTaskDefinition(DelayQueueException, TypeError):
+    """``@task`` was applied to something that cannot be a task."""
+
+
+class TaskNotRegistered(DelayQueueException, LookupError):
+    """A task name is not in the registry, so it can never run."""
+
+
+class UnknownQueue(DelayQueueException, LookupError):
+    """A queue name is not configured in ``DELAYQ["QUEUES"]``."""
+
+
+class InvalidSchedule(DelayQueueException, ValueError):
+    """``delay`` / ``eta`` do not describe a valid moment."""
+
+
+class InvalidPayload(DelayQueueException, ValueError):
+    """``args`` / ``kwargs`` cannot be stored as JSON."""
+
+
+class PayloadTooLarge(InvalidPayload):
+    """The encoded ``args`` and ``kwargs`` exceed ``MAX_PAYLOAD_BYTES``."""
+
+
+class InvalidArgument(DelayQueueException, ValueError):
+    """Another argument (``key``, ``max_attempts``, ...) has a bad value."""
+
+
+class DuplicateTask(DelayQueueException):
+    """An active (scheduled or running) task already holds the dedupe key."""
+
+    def __init__(self, message: str, *, key: str, existing_id: object = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.existing_id = existing_id
+
+
+class TaskNotFound(DelayQueueException, LookupError):
+    """No task matches the given id or key."""
+
+
+class InvalidTaskState(DelayQueueException):
+    """The task is in a state that does not allow the operation."""

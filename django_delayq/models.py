@@ -1,0 +1,158 @@
+"""The task rows (the source of truth) and the outbox of pending Redis writes."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from .ids import uuid7
+
+
+class Status(models.TextChoices):
+    SCHEDULED = "scheduled", _("scheduled")
+    RUNNING = "running", _("running")
+    SUCCEEDED = "succeeded", _("succeeded")
+    FAILED = "failed", _("failed")
+    CANCELLED = "cancelled", _("cancelled")
+
+
+#: Statuses in which a task still holds its dedupe key and may run.
+ACTIVE_STATUSES = (Status.SCHEDULED, Status.RUNNING)
+TERMINAL_STATUSES = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
+
+
+class DelayedTaskQuerySet(models.QuerySet["DelayedTask"]):
+    def active(self) -> DelayedTaskQuerySet:
+        return self.filter(status__in=ACTIVE_STATUSES)
+
+    def scheduled(self) -> DelayedTaskQuerySet:
+        return self.filter(status=Status.SCHEDULED)
+
+    def terminal(self) -> DelayedTaskQuerySet:
+        return self.filter(status__in=TERMINAL_STATUSES)
+
+
+class DelayedTask(models.Model):
+    """One scheduled call of a registered task.
+
+    The row is the truth: Redis only indexes its id by ``run_at``. A row is
+    written in the caller's transaction, so a rolled-back ``schedule()`` leaves
+    nothing behind, and its id reaches Redis only after the commit.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    name = models.CharField(_("task name"), max_length=200)
+    queue = models.CharField(_("queue"), max_length=64, default="default")
+    shard = models.PositiveSmallIntegerField(
+        _("shard"),
+        default=0,
+        help_text=_("The Redis shard of the queue whose due-set indexes this task."),
+    )
+    args = models.JSONField(_("positional arguments"), default=list, blank=True)
+    kwargs = models.JSONField(_("keyword arguments"), default=dict, blank=True)
+    # NULL, not "", for "no key": the partial unique index ignores NULLs, so
+    # any number of keyless tasks can be active at once.
+    key = models.CharField(  # noqa: DJ001
+        _("dedupe key"),
+        max_length=200,
+        null=True,
+        blank=True,
+        help_text=_("At most one scheduled or running task holds a given key."),
+    )
+    run_at = models.DateTimeField(_("run at"))
+    status = models.CharField(
+        _("status"), max_length=16, choices=Status.choices, default=Status.SCHEDULED
+    )
+    attempts = models.PositiveIntegerField(
+        _("attempts"), default=0, help_text=_("Runs started so far.")
+    )
+    max_attempts = models.PositiveIntegerField(_("max attempts"), default=3)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    result = models.JSONField(_("return value"), null=True, blank=True)
+    last_error = models.TextField(_("last error"), blank=True, default="")
+    last_traceback = models.TextField(_("last traceback"), blank=True, default="")
+
+    objects: ClassVar[DelayedTaskQuerySet] = DelayedTaskQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Meta:
+        verbose_name = _("delayed task")
+        verbose_name_plural = _("delayed tasks")
+        ordering = ("-run_at",)
+        constraints = [
+            models.UniqueConstraint(
+                fields=["key"],
+                condition=Q(status__in=["scheduled", "running"]),
+                name="delayq_unique_active_key",
+                violation_error_message=_(
+                    "An active task with this dedupe key already exists."
+                ),
+            ),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gte=1), name="delayq_max_attempts_gte_1"
+            ),
+        ]
+        indexes = [
+            # Dispatcher/sweeper windows (status=scheduled AND run_at < t) and
+            # the admin's status filter ordered by run_at.
+            models.Index(fields=["status", "run_at"], name="delayq_status_run_at"),
+            # Pruning of finished rows older than their retention.
+            models.Index(
+                fields=["status", "finished_at"], name="delayq_status_finished"
+            ),
+            models.Index(fields=["name", "status"], name="delayq_name_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} [{self.status}] {self.id}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class OutboxEntry(models.Model):
+    """A task whose Redis index entry could not be written after commit.
+
+    The entry records *which* task is out of sync, not *what* to write: the
+    replay re-reads the task row and makes Redis agree with it (add a
+    scheduled task, remove a terminal or deleted one). Replaying twice, or
+    replaying an old entry after newer changes, is therefore harmless.
+    """
+
+    class Action(models.TextChoices):
+        SCHEDULE = "schedule", _("schedule")
+        CANCEL = "cancel", _("cancel")
+        RESCHEDULE = "reschedule", _("reschedule")
+
+    id = models.BigAutoField(primary_key=True)
+    task_id = models.UUIDField(_("task id"), db_index=True)
+    # Where the task is indexed, so a replay can still remove the member of a
+    # task whose row has been deleted since.
+    queue = models.CharField(_("queue"), max_length=64)
+    shard = models.PositiveSmallIntegerField(_("shard"), default=0)
+    action = models.CharField(_("action"), max_length=16, choices=Action.choices)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    attempts = models.PositiveIntegerField(_("replay attempts"), default=0)
+    next_attempt_at = models.DateTimeField(_("next attempt at"), default=timezone.now)
+    last_error = models.TextField(_("last error"), blank=True, default="")
+
+    class Meta:
+        verbose_name = _("outbox entry")
+        verbose_name_plural = _("outbox entries")
+        ordering = ("id",)
+        indexes = [
+            models.Index(fields=["next_attempt_at"], name="delayq_outbox_next"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.task_id}"

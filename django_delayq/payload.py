@@ -1,0 +1,96 @@
+"""Validation and encoding of task arguments.
+
+Arguments are stored as JSON, never pickled. We walk the value ourselves
+instead of trusting ``json.dumps``: it would silently turn tuple keys into
+errors but int keys into strings, and accept NaN, so the task would receive
+something other than what the caller passed. The error names the exact place.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from .exceptions import InvalidPayload, PayloadTooLarge
+
+_MAX_DEPTH = 64
+_HINTS = {
+    "datetime": "pass value.isoformat() and parse it in the task",
+    "date": "pass value.isoformat() and parse it in the task",
+    "Decimal": "pass str(value)",
+    "UUID": "pass str(value)",
+    "set": "pass a sorted list",
+    "frozenset": "pass a sorted list",
+    "bytes": "pass a str (e.g. base64) instead",
+}
+
+
+def check_payload(
+    args: Any, kwargs: Any, *, max_bytes: int
+) -> tuple[list[Any], dict[str, Any]]:
+    """Validate ``args`` and ``kwargs``; return them as JSON-ready list and dict."""
+    if isinstance(args, str | bytes) or not isinstance(args, list | tuple):
+        raise InvalidPayload(
+            f"args= must be a list or tuple of positional arguments, not "
+            f"{type(args).__name__}; for one argument write args=[value]."
+        )
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, Mapping):
+        raise InvalidPayload(
+            f"kwargs= must be a dict of keyword arguments, not {type(kwargs).__name__}."
+        )
+    for key in kwargs:
+        if not isinstance(key, str):
+            raise InvalidPayload(
+                f"kwargs= keys must be strings (argument names); got {key!r}."
+            )
+    clean_args = [_check(v, f"args[{i}]", 0) for i, v in enumerate(args)]
+    clean_kwargs = {k: _check(v, f"kwargs[{k!r}]", 0) for k, v in kwargs.items()}
+    size = encoded_size(clean_args) + encoded_size(clean_kwargs)
+    if size > max_bytes:
+        raise PayloadTooLarge(
+            f"args and kwargs encode to {size} bytes of JSON, over the "
+            f'DELAYQ["MAX_PAYLOAD_BYTES"] limit of {max_bytes}. Pass ids and '
+            f"load the data in the task, or raise the limit."
+        )
+    return clean_args, clean_kwargs
+
+
+def encoded_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def _check(value: Any, where: str, depth: int) -> Any:
+    if depth > _MAX_DEPTH:
+        raise InvalidPayload(f"{where} is nested more than {_MAX_DEPTH} levels deep.")
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int):
+        return int(value)  # IntEnum and friends become plain ints
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidPayload(
+                f"{where} is {value!r}, which JSON cannot represent; pass None "
+                f"or a string."
+            )
+        return float(value)
+    if isinstance(value, list | tuple):
+        return [_check(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidPayload(
+                    f"{where} has the key {key!r} ({type(key).__name__}); JSON "
+                    f"object keys must be strings, so convert it with str()."
+                )
+            out[key] = _check(item, f"{where}[{key!r}]", depth + 1)
+        return out
+    kind = type(value).__name__
+    hint = _HINTS.get(kind, "pass plain data: ids, strings, numbers, lists, dicts")
+    raise InvalidPayload(
+        f"{where} is a {kind}, which is not JSON serializable; {hint}."
+    )

@@ -1,0 +1,245 @@
+"""The ``@task`` decorator and the registry of task names.
+
+Only functions registered here can ever run: a worker resolves the name stored
+on a task row through :func:`get` and nothing else, so a forged name cannot
+import or call arbitrary code.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+
+from .exceptions import InvalidArgument, InvalidTaskDefinition, TaskNotRegistered
+
+if TYPE_CHECKING:
+    import datetime
+
+    from .models import DelayedTask
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+MAX_NAME_LENGTH = 200
+
+
+class Task(Generic[P, R]):
+    """A registered task function and its options.
+
+    Calling the object calls the function directly, in this process; use
+    :meth:`schedule` (or :func:`django_delayq.schedule`) to run it later.
+    """
+
+    def __init__(
+        self,
+        func: Callable[P, R],
+        name: str,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+    ) -> None:
+        self.func = func
+        self.name = name
+        self.queue = queue
+        self.max_attempts = max_attempts
+        functools.update_wrapper(self, func)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.func(*args, **kwargs)
+
+    def schedule(
+        self,
+        *,
+        args: Any = (),
+        kwargs: dict[str, Any] | None = None,
+        delay: float | datetime.timedelta | None = None,
+        eta: datetime.datetime | None = None,
+        queue: str | None = None,
+        key: str | None = None,
+        replace: bool = False,
+        max_attempts: int | None = None,
+        using: str | None = None,
+    ) -> DelayedTask:
+        """Schedule this task; see :func:`django_delayq.schedule`."""
+        from .api import schedule
+
+        return schedule(
+            self,
+            args=args,
+            kwargs=kwargs,
+            delay=delay,
+            eta=eta,
+            queue=queue,
+            key=key,
+            replace=replace,
+            max_attempts=max_attempts,
+            using=using,
+        )
+
+
+_registry: dict[str, Task[Any, Any]] = {}
+_lock = threading.Lock()
+_autodiscovered = False
+
+
+@overload
+def task(func: Callable[P, R], /) -> Task[P, R]: ...
+
+
+@overload
+def task(
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+    max_attempts: int | None = None,
+) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+
+def task(
+    func: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+    max_attempts: int | None = None,
+) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+    """Register a function as a delayed task, as ``@task`` or ``@task(...)``.
+
+    :param name: the registered name; defaults to the function's dotted path
+        (``module.qualname``), which is what task rows store.
+    :param queue: the queue the task is scheduled on unless ``schedule()``
+        names one; defaults to ``"default"``. Checked against ``DELAYQ``
+        by the system checks and by ``schedule()``, never at import time.
+    :param max_attempts: how many times a failing task runs before it is
+        marked failed; defaults to ``DELAYQ["MAX_ATTEMPTS"]``.
+    """
+
+    def decorate(fn: Callable[P, R]) -> Task[P, R]:
+        registered = _build(fn, name=name, queue=queue, max_attempts=max_attempts)
+        register(registered)
+        return registered
+
+    if func is not None:
+        return decorate(func)
+    return decorate
+
+
+def _build(
+    fn: Callable[P, R],
+    *,
+    name: str | None,
+    queue: str | None,
+    max_attempts: int | None,
+) -> Task[P, R]:
+    if isinstance(fn, Task):
+        raise InvalidTaskDefinition(f"{fn.name} is already a task; apply @task once.")
+    if not inspect.isfunction(fn):
+        raise InvalidTaskDefinition(
+            f"@task needs a module-level function, got {type(fn).__name__}."
+        )
+    if name is None:
+        if "<" in fn.__qualname__:  # <lambda>, <locals>
+            raise InvalidTaskDefinition(
+                f"@task cannot register {fn.__qualname__!r}: a worker must be "
+                f"able to import it. Define the function at module level, or "
+                f"pass name=... explicitly."
+            )
+        name = f"{fn.__module__}.{fn.__qualname__}"
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_LENGTH:
+        raise InvalidTaskDefinition(
+            f"@task(name=...) must be a non-empty string of at most "
+            f"{MAX_NAME_LENGTH} characters; got {name!r}."
+        )
+    if queue is not None and (not isinstance(queue, str) or not queue):
+        raise InvalidTaskDefinition(
+            f"@task(queue=...) must be a queue name; got {queue!r}."
+        )
+    if max_attempts is not None:
+        validate_max_attempts(max_attempts, where="@task(max_attempts=...)")
+    return Task(fn, name, queue=queue, max_attempts=max_attempts)
+
+
+def validate_max_attempts(value: object, *, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidArgument(
+            f"{where} must be a positive integer (1 means no retries); got {value!r}."
+        )
+    return value
+
+
+def register(registered: Task[Any, Any]) -> None:
+    """Add a task to the registry.
+
+    Re-registering the same function (a module reloaded by the autoreloader)
+    replaces the entry; a *different* function under a taken name is an error,
+    because rows already stored under that name would run the wrong code.
+    """
+    with _lock:
+        existing = _registry.get(registered.name)
+        if existing is not None and _origin(existing) != _origin(registered):
+            raise InvalidTaskDefinition(
+                f"Task name {registered.name!r} is already registered for "
+                f"{_origin(existing)}; pass a different name=... to @task."
+            )
+        _registry[registered.name] = registered
+
+
+def _origin(registered: Task[Any, Any]) -> str:
+    return f"{registered.func.__module__}.{registered.func.__qualname__}"
+
+
+def unregister(name: str) -> None:
+    with _lock:
+        _registry.pop(name, None)
+
+
+def all_tasks() -> dict[str, Task[Any, Any]]:
+    return dict(_registry)
+
+
+def get(name: str) -> Task[Any, Any]:
+    """Return the task registered under ``name``.
+
+    On a miss, import every installed app's ``tasks`` module once (as the admin
+    does for ``admin`` modules) and look again, so scheduling by name works in
+    a process that has not imported the task's module yet.
+    """
+    global _autodiscovered
+    found = _registry.get(name)
+    if found is None and not _autodiscovered:
+        from django.utils.module_loading import autodiscover_modules
+
+        autodiscover_modules("tasks")
+        _autodiscovered = True
+        found = _registry.get(name)
+    if found is None:
+        raise TaskNotRegistered(
+            f"No task is registered as {name!r}. Decorate the function with "
+            f"@django_delayq.task and make sure its module is imported (an "
+            f"app's tasks.py is imported automatically)."
+        )
+    return found
+
+
+def resolve(fn_or_name: object) -> Task[Any, Any]:
+    """Return the registered task for a ``Task``, a decorated function or a name."""
+    if isinstance(fn_or_name, Task):
+        return get(fn_or_name.name)
+    if isinstance(fn_or_name, str):
+        return get(fn_or_name)
+    if callable(fn_or_name):
+        qualname = getattr(fn_or_name, "__qualname__", repr(fn_or_name))
+        module = getattr(fn_or_name, "__module__", "?")
+        raise TaskNotRegistered(
+            f"{module}.{qualname} is not a registered task. Decorate it with "
+            f"@django_delayq.task, or pass the registered name as a string."
+        )
+    raise TypeError(
+        f"schedule() takes a @task function or a registered task name as its "
+        f"first argument, not {type(fn_or_name).__name__}."
+    )

@@ -1,0 +1,76 @@
+"""Writing task ids into, and out of, the shards' due-sets."""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import NamedTuple
+
+import redis
+
+from ..conf import get_settings
+from . import scripts
+from .keys import encode_member, shard_keys
+
+#: Members per script call: bounded so ``unpack()`` in Lua stays far from its
+#: stack limit and one call never blocks Redis for long.
+CHUNK = 1000
+
+
+class IndexEntry(NamedTuple):
+    task_id: uuid.UUID
+    queue: str
+    shard: int
+    score: int  # run_at in epoch milliseconds
+
+
+def add(entries: Iterable[IndexEntry], client: redis.Redis) -> None:
+    """Add (or move) entries in their due-sets, in one round trip.
+
+    Each shard's dispatcher is woken if one of its new entries is its earliest.
+    """
+    add_script = scripts.load("add")
+    prefix = get_settings().key_prefix
+    calls = []
+    for (queue, shard), group in _by_shard(entries).items():
+        keys = shard_keys(prefix, queue, shard)
+        for start in range(0, len(group), CHUNK):
+            argv: list[scripts.ArgT] = []
+            for entry in group[start : start + CHUNK]:
+                argv += (entry.score, encode_member(entry.task_id))
+            calls.append(((keys.due, keys.wake), argv))
+    if len(calls) == 1:
+        add_script(client, *calls[0])
+    elif calls:
+        pipe = client.pipeline(transaction=False)
+        for call_keys, argv in calls:
+            add_script.queue(pipe, call_keys, argv)
+        scripts.execute_pipeline(client, pipe, [add_script])
+
+
+def remove(entries: Iterable[IndexEntry], client: redis.Redis) -> None:
+    """Remove entries from their due-sets, in one round trip.
+
+    An entry already moved to a ready stream stays there; the worker skips it
+    because the row says it is no longer scheduled.
+    """
+    prefix = get_settings().key_prefix
+    groups = _by_shard(entries)
+    if not groups:
+        return
+    pipe = client.pipeline(transaction=False)
+    for (queue, shard), group in groups.items():
+        members = [encode_member(entry.task_id) for entry in group]
+        for start in range(0, len(members), CHUNK):
+            pipe.zrem(
+                shard_keys(prefix, queue, shard).due, *members[start : start + CHUNK]
+            )
+    pipe.execute()
+
+
+def _by_shard(entries: Iterable[IndexEntry]) -> dict[tuple[str, int], list[IndexEntry]]:
+    groups: dict[tuple[str, int], list[IndexEntry]] = defaultdict(list)
+    for entry in entries:
+        groups[entry.queue, entry.shard].append(entry)
+    return groups

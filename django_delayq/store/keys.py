@@ -1,0 +1,42 @@
+"""Redis key names and the member encoding.
+
+Layout, per queue and shard (``{queue:shard}`` is a Redis Cluster hash tag, so
+every key of one shard lives in one slot and each Lua script touches one slot)::
+
+    <prefix>:{<queue>:<shard>}:due    ZSET    member: task id, score: run_at (ms)
+    <prefix>:{<queue>:<shard>}:ready  STREAM  ids moved from due by the dispatcher
+    <prefix>:{<queue>:<shard>}:wake   LIST    one element: "a new head arrived"
+
+A member is the task id's 16 raw bytes: the smallest unique encoding, which
+keeps Redis memory per scheduled task low.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ShardKeys:
+    queue: str
+    shard: int
+    due: str
+    ready: str
+    wake: str
+
+
+def shard_keys(prefix: str, queue: str, shard: int) -> ShardKeys:
+    base = f"{prefix}:{{{queue}:{shard}}}"
+    return ShardKeys(queue, shard, f"{base}:due", f"{base}:ready", f"{base}:wake")
+
+
+def encode_member(task_id: uuid.UUID) -> bytes:
+    return task_id.bytes
+
+
+def decode_member(member: bytes) -> uuid.UUID:
+    """Return the task id of a member; ``ValueError`` if it is not one."""
+    if len(member) != 16:
+        raise ValueError(f"not a task id: {member!r}")
+    return uuid.UUID(bytes=bytes(member))

@@ -1,0 +1,163 @@
+"""Keeping the Redis index in step with task rows: on commit, or via the outbox.
+
+The Redis write happens in ``transaction.on_commit``. If it fails, the task id
+goes to the outbox table instead and :func:`replay_outbox` catches Redis up
+later. Neither path ever raises into the code that committed the task.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from django.db import DatabaseError, router, transaction
+from django.utils import timezone
+
+from .models import DelayedTask, OutboxEntry, Status
+from .store import index
+from .store.connection import get_client
+from .timing import to_score
+
+logger = logging.getLogger(__name__)
+
+#: Replay backoff: 1 s, 2 s, 4 s ... capped at 5 minutes.
+_REPLAY_BACKOFF_CAP = 300.0
+
+
+def entry_of(task: DelayedTask) -> index.IndexEntry:
+    return index.IndexEntry(task.pk, task.queue, task.shard, to_score(task.run_at))
+
+
+def index_after_commit(tasks: Sequence[DelayedTask], action: str, using: str) -> None:
+    """Add the tasks to their due-sets once the current transaction commits."""
+    entries = [entry_of(task) for task in tasks]
+    transaction.on_commit(lambda: _write(entries, action, using, add=True), using=using)
+
+
+def unindex_after_commit(tasks: Sequence[DelayedTask], action: str, using: str) -> None:
+    """Remove the tasks from their due-sets once the current transaction commits."""
+    entries = [index.IndexEntry(task.pk, task.queue, task.shard, 0) for task in tasks]
+    transaction.on_commit(
+        lambda: _write(entries, action, using, add=False), using=using
+    )
+
+
+def _write(
+    entries: list[index.IndexEntry], action: str, using: str, *, add: bool
+) -> None:
+    try:
+        client = get_client("schedule")
+        if add:
+            index.add(entries, client)
+        else:
+            index.remove(entries, client)
+    except Exception as exc:
+        # Whatever went wrong, the rows are committed: the caller must not see
+        # an error for work that will happen. The outbox makes sure it does.
+        logger.warning(
+            "django-delayq: Redis write for %d task(s) failed (%s: %s); "
+            "queued in the outbox for replay.",
+            len(entries),
+            type(exc).__name__,
+            exc,
+        )
+        _to_outbox(entries, action, using, f"{type(exc).__name__}: {exc}")
+
+
+def _to_outbox(
+    entries: list[index.IndexEntry], action: str, using: str, error: str
+) -> None:
+    rows = [
+        OutboxEntry(
+            task_id=entry.task_id,
+            queue=entry.queue,
+            shard=entry.shard,
+            action=action,
+            last_error=error,
+        )
+        for entry in entries
+    ]
+    try:
+        OutboxEntry.objects.using(using).bulk_create(rows, batch_size=1000)
+    except DatabaseError:
+        # Both stores failed at once. The committed rows are still the truth:
+        # the sweeper's reconciliation finds scheduled rows missing from Redis.
+        logger.exception(
+            "django-delayq: could not write %d outbox entries either; the "
+            "sweeper's reconciliation will re-index: %s",
+            len(rows),
+            ", ".join(str(entry.task_id) for entry in entries),
+        )
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    replayed: int
+    failed: int
+
+
+def replay_outbox(
+    *,
+    batch_size: int = 500,
+    using: str | None = None,
+    now: datetime.datetime | None = None,
+) -> ReplayResult:
+    """Make Redis agree with the rows named by due outbox entries.
+
+    Each entry is replayed from the row's *current* state: a scheduled task is
+    (re-)added at its ``run_at``, anything else is removed from the due-set.
+    Replayed entries are deleted; on a Redis error they stay, with the error
+    and an exponential backoff before the next try.
+    """
+    db = using or router.db_for_write(OutboxEntry)
+    now = timezone.now() if now is None else now
+    entries = list(
+        OutboxEntry.objects.using(db)
+        .filter(next_attempt_at__lte=now)
+        .order_by("id")[:batch_size]
+    )
+    if not entries:
+        return ReplayResult(0, 0)
+    rows = DelayedTask.objects.using(db).in_bulk({entry.task_id for entry in entries})
+    to_add, to_remove = [], []
+    for entry in entries:
+        row = rows.get(entry.task_id)
+        if row is not None and row.status == Status.SCHEDULED:
+            to_add.append(entry_of(row))
+        else:
+            to_remove.append(
+                index.IndexEntry(entry.task_id, entry.queue, entry.shard, 0)
+            )
+    try:
+        client = get_client("schedule")
+        index.add(_unique(to_add), client)
+        index.remove(_unique(to_remove), client)
+    except Exception as exc:
+        _postpone(entries, f"{type(exc).__name__}: {exc}", db, now)
+        logger.warning(
+            "django-delayq: outbox replay of %d entries failed: %s", len(entries), exc
+        )
+        return ReplayResult(0, len(entries))
+    OutboxEntry.objects.using(db).filter(
+        pk__in=[entry.pk for entry in entries]
+    ).delete()
+    return ReplayResult(len(entries), 0)
+
+
+def _unique(entries: Iterable[index.IndexEntry]) -> list[index.IndexEntry]:
+    return list({entry.task_id: entry for entry in entries}.values())
+
+
+def _postpone(
+    entries: list[OutboxEntry], error: str, db: str, now: datetime.datetime
+) -> None:
+    for entry in entries:
+        entry.attempts += 1
+        delay = min(2.0 ** (entry.attempts - 1), _REPLAY_BACKOFF_CAP)
+        entry.next_attempt_at = now + datetime.timedelta(seconds=delay)
+        entry.last_error = error
+    OutboxEntry.objects.using(db).bulk_update(
+        entries, ["attempts", "next_attempt_at", "last_error"], batch_size=500
+    )

@@ -1,0 +1,99 @@
+"""Turning ``delay`` / ``eta`` into a ``run_at`` and Redis scores."""
+
+from __future__ import annotations
+
+import datetime
+import math
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from .exceptions import InvalidSchedule
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_MS = datetime.timedelta(milliseconds=1)
+#: Far enough for any real delay, and far from datetime's overflow.
+MAX_DELAY = datetime.timedelta(days=365 * 100)
+
+
+def resolve_run_at(
+    delay: Any, eta: Any, *, now: datetime.datetime | None = None
+) -> datetime.datetime:
+    """Return when a task should run, from at most one of ``delay`` and ``eta``.
+
+    The result is rounded *up* to a whole millisecond: Redis scores are
+    integer milliseconds, and rounding up keeps score and row in agreement
+    without ever making a task early.
+    """
+    if delay is not None and eta is not None:
+        raise InvalidSchedule(
+            "Pass either delay= (seconds from now) or eta= (a datetime), not both."
+        )
+    now = timezone.now() if now is None else now
+    if eta is not None:
+        run_at = _check_eta(eta)
+    elif delay is not None:
+        run_at = now + _check_delay(delay)
+    else:
+        run_at = now
+    return ceil_ms(run_at)
+
+
+def _check_delay(delay: Any) -> datetime.timedelta:
+    if isinstance(delay, datetime.timedelta):
+        seconds = delay.total_seconds()
+    elif isinstance(delay, int | float) and not isinstance(delay, bool):
+        seconds = float(delay)
+    else:
+        raise InvalidSchedule(
+            f"delay= must be a number of seconds (int or float) or a "
+            f"datetime.timedelta, not {type(delay).__name__} ({delay!r})."
+        )
+    if math.isnan(seconds) or math.isinf(seconds):
+        raise InvalidSchedule(
+            f"delay= must be a finite number of seconds; got {delay!r}."
+        )
+    if seconds < 0:
+        raise InvalidSchedule(
+            f"delay= cannot be negative (got {delay!r}); use delay=0 to run "
+            f"as soon as possible."
+        )
+    if seconds > MAX_DELAY.total_seconds():
+        raise InvalidSchedule(
+            f"delay= of {delay!r} is more than 100 years; pass a sensible delay "
+            f"or an eta= datetime."
+        )
+    return datetime.timedelta(seconds=seconds)
+
+
+def _check_eta(eta: Any) -> datetime.datetime:
+    if not isinstance(eta, datetime.datetime):
+        raise InvalidSchedule(
+            f"eta= must be a datetime.datetime, not {type(eta).__name__} "
+            f"({eta!r}); for a number of seconds from now use delay=."
+        )
+    if settings.USE_TZ:
+        if timezone.is_naive(eta):
+            raise InvalidSchedule(
+                f"eta= must be timezone-aware when USE_TZ = True; got the naive "
+                f"{eta.isoformat()}. Use django.utils.timezone.make_aware(eta) "
+                f"or pass tzinfo=datetime.UTC."
+            )
+        return eta
+    # With USE_TZ = False Django stores naive local times.
+    return timezone.make_naive(eta) if timezone.is_aware(eta) else eta
+
+
+def ceil_ms(value: datetime.datetime) -> datetime.datetime:
+    remainder = value.microsecond % 1000
+    if remainder:
+        value += datetime.timedelta(microseconds=1000 - remainder)
+    return value
+
+
+def to_score(run_at: datetime.datetime) -> int:
+    """Return ``run_at`` as integer epoch milliseconds (the due-set score)."""
+    if timezone.is_naive(run_at):
+        run_at = timezone.make_aware(run_at)
+    return (run_at - _EPOCH) // _MS

@@ -1,0 +1,79 @@
+"""Real servers for the suite: a private redis-server, and PostgreSQL when
+``DELAYQ_TEST_DB=postgres``. Both listen on free loopback ports and are
+stopped when the session ends."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings
+from django.test import override_settings
+
+from django_delayq.store import connection
+from tools.servers import PostgresServer, RedisServer
+
+
+def delayq_settings(url: str, **extra: Any) -> dict[str, Any]:
+    return {"REDIS_URL": url, "QUEUES": {"orders": {"shards": 4}}, **extra}
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    server.start()
+    override = override_settings(DELAYQ=delayq_settings(server.url))
+    override.enable()
+    try:
+        yield server
+    finally:
+        override.disable()
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer | None]:
+    if settings.TEST_DB != "postgres":
+        yield None
+        return
+    server = PostgresServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(
+    postgres_server: PostgresServer | None,
+) -> None:
+    """Point the default database at the private PostgreSQL (pytest-django hook)."""
+    if postgres_server is not None:
+        settings.DATABASES["default"].update(
+            HOST=postgres_server.host, PORT=str(postgres_server.port)
+        )
+
+
+@pytest.fixture
+def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A raw client on the suite's Redis, emptied before each test."""
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def private_redis(settings: Any) -> Iterator[RedisServer]:
+    """A redis-server of the test's own, which the test may stop or kill."""
+    server = RedisServer()
+    server.start()
+    settings.DELAYQ = delayq_settings(server.url)
+    try:
+        yield server
+    finally:
+        server.stop()
+        connection.reset()

@@ -1,0 +1,34 @@
+"""Reading what django-delayq wrote to Redis, as a user would inspect it."""
+
+from __future__ import annotations
+
+import uuid
+
+import redis
+
+from django_delayq.models import DelayedTask
+from django_delayq.store.keys import decode_member, encode_member, shard_keys
+from django_delayq.timing import to_score
+
+
+def due_key(queue: str = "default", shard: int = 0) -> str:
+    return shard_keys("delayq", queue, shard).due
+
+
+def due_members(client: redis.Redis) -> dict[uuid.UUID, int]:
+    """Every member of every due-set, as task id -> score."""
+    members: dict[uuid.UUID, int] = {}
+    for key in client.scan_iter(match="delayq:*:due"):
+        for member, score in client.zrange(key, 0, -1, withscores=True):
+            members[decode_member(member)] = int(score)
+    return members
+
+
+def indexed_score(client: redis.Redis, task: DelayedTask) -> int | None:
+    """The task's score in its own shard's due-set, or None."""
+    score = client.zscore(due_key(task.queue, task.shard), encode_member(task.pk))
+    return None if score is None else int(score)
+
+
+def expected_score(task: DelayedTask) -> int:
+    return to_score(task.run_at)

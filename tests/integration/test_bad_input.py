@@ -1,0 +1,79 @@
+"""Every bad input raises a precise error and writes nothing anywhere."""
+
+from __future__ import annotations
+
+import datetime
+import math
+
+import pytest
+from django.db import transaction
+
+from django_delayq import schedule
+from django_delayq.exceptions import (
+    DelayQueueException,
+    InvalidArgument,
+    InvalidPayload,
+    InvalidSchedule,
+    PayloadTooLarge,
+    TaskNotRegistered,
+    UnknownQueue,
+)
+from django_delayq.models import DelayedTask, OutboxEntry
+from tests.helpers import due_members
+from tests.testapp.tasks import add
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NAIVE = datetime.datetime(2030, 1, 1, 12, 0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"args": [{1, 2}]}, InvalidPayload, r"args\[0\] is a set"),
+        ({"args": [datetime.datetime(2030, 1, 1)]}, InvalidPayload, "isoformat"),
+        ({"args": [object()]}, InvalidPayload, "not JSON serializable"),
+        ({"args": [math.nan]}, InvalidPayload, "nan"),
+        ({"kwargs": {"b": math.inf}}, InvalidPayload, "inf"),
+        ({"args": ["x" * 70_000]}, PayloadTooLarge, "MAX_PAYLOAD_BYTES"),
+        ({"args": 5}, InvalidPayload, "list or tuple"),
+        ({"delay": -1}, InvalidSchedule, "negative"),
+        ({"delay": math.nan}, InvalidSchedule, "finite"),
+        ({"delay": math.inf}, InvalidSchedule, "finite"),
+        ({"delay": "10"}, InvalidSchedule, "number of seconds"),
+        ({"eta": NAIVE}, InvalidSchedule, "timezone-aware"),
+        (
+            {"delay": 5, "eta": datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)},
+            InvalidSchedule,
+            "not both",
+        ),
+        ({"queue": "nope"}, UnknownQueue, r"queue='nope' is not configured"),
+        ({"max_attempts": 0}, InvalidArgument, "max_attempts"),
+        ({"key": ""}, InvalidArgument, "key="),
+    ],
+)
+def test_bad_input_raises_and_writes_nothing(redis_client, kwargs, error, message):
+    call = {"args": [1, 2], **kwargs}
+    with transaction.atomic():
+        with pytest.raises(error, match=message) as caught:
+            schedule(add, **call)
+        assert isinstance(caught.value, DelayQueueException)
+    assert not DelayedTask.objects.exists()
+    assert not OutboxEntry.objects.exists()
+    assert due_members(redis_client) == {}
+
+
+def test_unregistered_task_name_raises_and_writes_nothing(redis_client):
+    with pytest.raises(TaskNotRegistered, match=r"shop\.tasks\.typo"):
+        schedule("shop.tasks.typo", args=[1])
+    assert not DelayedTask.objects.exists()
+    assert due_members(redis_client) == {}
+
+
+def test_payload_errors_are_also_value_errors_and_schedule_errors_too():
+    with pytest.raises(ValueError, match="is a set"):
+        schedule(add, args=[{1}])
+    with pytest.raises(ValueError, match="negative"):
+        schedule(add, args=[1, 2], delay=-3)
+    with pytest.raises(LookupError, match="not configured"):
+        schedule(add, args=[1, 2], queue="missing")

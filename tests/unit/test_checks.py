@@ -1,0 +1,106 @@
+"""The system checks, by id, as ``manage.py check`` reports them."""
+
+from __future__ import annotations
+
+import pytest
+from django.core import checks
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+
+from django_delayq import registry, task
+from django_delayq.checks import check_settings, check_tasks
+from django_delayq.conf import get_settings
+from django_delayq.exceptions import InvalidConfiguration
+
+URL = "redis://127.0.0.1:6379/0"
+
+
+def ids(settings, value):
+    """Check ids from check_settings (the settings check alone)."""
+    settings.DELAYQ = value
+    return sorted(m.id for m in check_settings())
+
+
+def task_ids(settings, value, name):
+    """Check ids that check_tasks reports for one task."""
+    settings.DELAYQ = value
+    return [m.id for m in check_tasks() if m.obj == name]
+
+
+def test_valid_settings_pass_every_delayq_check(settings):
+    settings.DELAYQ = {"REDIS_URL": URL, "QUEUES": {"orders": {"shards": 4}}}
+    assert checks.run_checks(tags=["django_delayq"]) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (["REDIS_URL", URL], ["delayq.E001"]),
+        ({}, ["delayq.E002"]),
+        ({"REDIS_URL": URL, "CACHE_ALIAS": "default"}, ["delayq.E002"]),
+        ({"REDIS_URL": "http://127.0.0.1:6379"}, ["delayq.E003"]),
+        ({"REDIS_URL": 6379}, ["delayq.E003"]),
+        ({"CACHE_ALIAS": "missing"}, ["delayq.E004"]),
+        ({"CACHE_ALIAS": "default"}, ["delayq.E004"]),  # locmem, not django-redis
+        ({"REDIS_URL": URL, "QUEUES": ["orders"]}, ["delayq.E005"]),
+        ({"REDIS_URL": URL, "QUEUES": {"orders": {"shards": 0}}}, ["delayq.E005"]),
+        ({"REDIS_URL": URL, "QUEUES": {"bad name!": {}}}, ["delayq.E005"]),
+        ({"REDIS_URL": URL, "QUEUES": {"orders": {"shard": 2}}}, ["delayq.E005"]),
+        ({"REDIS_URL": URL, "MAX_PAYLOAD_BYTES": 0}, ["delayq.E006"]),
+        ({"REDIS_URL": URL, "MAX_ATTEMPTS": "3"}, ["delayq.E006"]),
+        ({"REDIS_URL": URL, "REDIS_TIMEOUT": float("nan")}, ["delayq.E006"]),
+        ({"REDIS_URL": URL, "KEY_PREFIX": "app{1}"}, ["delayq.E007"]),
+        ({"REDIS_URL": URL, "REDIS_ULR": URL}, ["delayq.W001"]),
+    ],
+)
+def test_each_bad_setting_has_its_own_check_id(settings, value, expected):
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    }
+    assert ids(settings, value) == expected
+
+
+def test_missing_setting_is_reported(settings):
+    del settings.DELAYQ
+    messages = check_settings()
+    assert [m.id for m in messages] == ["delayq.E002"]
+    assert "DELAYQ is not set" in messages[0].msg
+
+
+def test_unknown_key_warning_suggests_the_close_match(settings):
+    settings.DELAYQ = {"REDIS_URL": URL, "REDIS_ULR": URL}
+    [message] = check_settings()
+    assert message.hint == "Did you mean 'REDIS_URL'?"
+
+
+def test_task_on_an_unconfigured_queue_is_reported_as_e008(settings):
+    def billing_task() -> None: ...
+
+    registered = task(name="tests.billing_task", queue="billing")(billing_task)
+    try:
+        name = registered.name
+        assert task_ids(settings, {"REDIS_URL": URL}, name) == ["delayq.E008"]
+        configured = {"REDIS_URL": URL, "QUEUES": {"billing": {}}}
+        assert task_ids(settings, configured, name) == []
+    finally:
+        registry.unregister(registered.name)
+
+
+def test_manage_py_check_fails_on_errors(settings):
+    settings.DELAYQ = {"REDIS_URL": "http://nope"}
+    with pytest.raises(SystemCheckError, match=r"delayq\.E003"):
+        call_command("check")
+
+
+def test_runtime_parsing_raises_the_same_message_with_its_id(settings):
+    settings.DELAYQ = {"REDIS_URL": URL, "QUEUES": {"orders": {"shards": -1}}}
+    with pytest.raises(InvalidConfiguration, match=r"shards.*\(delayq\.E005\)"):
+        get_settings()
+
+
+def test_settings_are_reparsed_when_they_change(settings):
+    settings.DELAYQ = {"REDIS_URL": URL, "MAX_ATTEMPTS": 7}
+    assert get_settings().max_attempts == 7
+    settings.DELAYQ = {"REDIS_URL": URL}
+    assert get_settings().max_attempts == 3
+    assert set(get_settings().queues) == {"default"}

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import datetime
+import decimal
+import enum
+import math
+import uuid
+
+import pytest
+
+from django_delayq.exceptions import InvalidPayload, PayloadTooLarge
+from django_delayq.payload import check_payload
+
+
+class Color(enum.IntEnum):
+    RED = 1
+
+
+def check(args=(), kwargs=None, max_bytes=65536):
+    return check_payload(args, kwargs, max_bytes=max_bytes)
+
+
+def test_plain_json_values_pass_and_tuples_become_lists():
+    args, kwargs = check((1, "a", (2, 3), {"k": None}), {"flag": True, "ratio": 0.5})
+    assert args == [1, "a", [2, 3], {"k": None}]
+    assert kwargs == {"flag": True, "ratio": 0.5}
+
+
+def test_int_enums_become_plain_ints():
+    args, _ = check([Color.RED])
+    assert args == [1]
+    assert type(args[0]) is int
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "where", "hint"),
+    [
+        ([{1, 2}], None, "args[0] is a set", "sorted list"),
+        ([datetime.datetime(2026, 1, 1)], None, "args[0] is a datetime", "isoformat"),
+        (
+            [],
+            {"when": datetime.date(2026, 1, 1)},
+            "kwargs['when'] is a date",
+            "isoformat",
+        ),
+        ([decimal.Decimal("1.5")], None, "args[0] is a Decimal", "str(value)"),
+        ([uuid.uuid4()], None, "args[0] is a UUID", "str(value)"),
+        ([object()], None, "args[0] is a object", "plain data"),
+        ([[1, [b"x"]]], None, "args[0][1][0] is a bytes", "base64"),
+    ],
+)
+def test_values_json_cannot_hold_are_named_by_position(args, kwargs, where, hint):
+    with pytest.raises(InvalidPayload) as caught:
+        check(args, kwargs)
+    assert where in str(caught.value)
+    assert hint in str(caught.value)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_nan_and_infinity_are_rejected(value):
+    with pytest.raises(InvalidPayload, match=r"args\[0\]\['x'\] is"):
+        check([{"x": value}])
+
+
+def test_non_string_dict_keys_are_rejected_instead_of_silently_converted():
+    with pytest.raises(InvalidPayload, match="JSON object keys must be strings"):
+        check([{1: "one"}])
+
+
+def test_args_must_be_a_list_or_tuple():
+    with pytest.raises(
+        InvalidPayload, match=r"args= must be a list or tuple.*args=\[value\]"
+    ):
+        check(42)
+    with pytest.raises(InvalidPayload, match="not str"):
+        check("abc")
+
+
+def test_kwargs_must_be_a_dict_with_string_keys():
+    with pytest.raises(InvalidPayload, match="kwargs= must be a dict"):
+        check([], [("a", 1)])
+    with pytest.raises(InvalidPayload, match="keys must be strings"):
+        check([], {1: "a"})
+
+
+def test_oversize_payload_names_the_limit_and_the_setting():
+    with pytest.raises(PayloadTooLarge, match=r"MAX_PAYLOAD_BYTES.*limit of 100"):
+        check(["x" * 200], max_bytes=100)
+
+
+def test_deep_nesting_is_rejected_cleanly():
+    value: list = []
+    for _ in range(100):
+        value = [value]
+    with pytest.raises(InvalidPayload, match="nested more than"):
+        check([value])

@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import pytest
+
+from django_delayq import registry, task
+from django_delayq.exceptions import InvalidTaskDefinition, TaskNotRegistered
+from tests.testapp import tasks as testapp_tasks
+
+
+def test_task_registers_under_its_dotted_path_and_stays_callable():
+    assert testapp_tasks.add.name == "tests.testapp.tasks.add"
+    assert registry.get("tests.testapp.tasks.add") is testapp_tasks.add
+    assert testapp_tasks.add(2, 3) == 5
+    assert testapp_tasks.order_cancel.__name__ == "order_cancel"
+
+
+def test_decorator_options_are_kept():
+    assert testapp_tasks.order_cancel.queue == "orders"
+    assert testapp_tasks.order_cancel.max_attempts == 5
+    assert registry.get("reminders.send") is testapp_tasks.send_reminder
+
+
+def test_lambdas_and_nested_functions_cannot_be_tasks():
+    with pytest.raises(InvalidTaskDefinition, match="module level"):
+        task(lambda: None)
+
+    def nested() -> None: ...
+
+    with pytest.raises(InvalidTaskDefinition, match="module level"):
+        task(nested)
+
+
+def test_a_taken_name_cannot_be_given_to_another_function():
+    def other() -> None: ...
+
+    with pytest.raises(InvalidTaskDefinition, match="already registered"):
+        task(name="tests.testapp.tasks.add")(other)
+
+
+def test_a_task_cannot_be_decorated_twice():
+    with pytest.raises(InvalidTaskDefinition, match="apply @task once"):
+        task(testapp_tasks.add)
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True])
+def test_max_attempts_must_be_a_positive_integer(value):
+    def fn() -> None: ...
+
+    with pytest.raises(ValueError, match="max_attempts"):
+        task(name="x.y", max_attempts=value)(fn)
+
+
+def test_unregistered_names_are_refused_with_the_fix():
+    with pytest.raises(TaskNotRegistered, match=r"os\.system.*@django_delayq\.task"):
+        registry.resolve("os.system")
+
+
+def test_plain_functions_are_refused():
+    def plain() -> None: ...
+
+    with pytest.raises(TaskNotRegistered, match="not a registered task"):
+        registry.resolve(plain)
+
+
+def test_other_objects_are_a_type_error():
+    with pytest.raises(TypeError, match="first argument"):
+        registry.resolve(42)

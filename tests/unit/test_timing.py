@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import datetime
+import math
+
+import pytest
+
+from django_delayq.exceptions import DelayQueueException, InvalidSchedule
+from django_delayq.timing import ceil_ms, resolve_run_at, to_score
+
+NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, 250_400, tzinfo=datetime.UTC)
+
+
+def test_delay_in_seconds_is_added_to_now_and_rounded_up_to_the_millisecond():
+    assert resolve_run_at(1.5, None, now=NOW) == datetime.datetime(
+        2026, 1, 1, 12, 0, 1, 751_000, tzinfo=datetime.UTC
+    )
+
+
+def test_timedelta_delay_is_accepted():
+    run_at = resolve_run_at(datetime.timedelta(minutes=15), None, now=NOW)
+    assert run_at - NOW == datetime.timedelta(minutes=15, microseconds=600)
+
+
+def test_neither_delay_nor_eta_means_now():
+    assert resolve_run_at(None, None, now=NOW) == ceil_ms(NOW)
+
+
+def test_aware_eta_is_used_as_is():
+    eta = datetime.datetime(2027, 5, 1, 18, 0, tzinfo=datetime.UTC)
+    assert resolve_run_at(None, eta, now=NOW) == eta
+
+
+def test_score_is_integer_epoch_milliseconds():
+    assert (
+        to_score(datetime.datetime(1970, 1, 1, 0, 0, 1, 500_000, tzinfo=datetime.UTC))
+        == 1500
+    )
+    assert to_score(ceil_ms(NOW)) == 1767268800251
+
+
+@pytest.mark.parametrize(
+    ("delay", "message"),
+    [
+        (-1, "cannot be negative"),
+        (math.nan, "finite"),
+        (math.inf, "finite"),
+        (-math.inf, "finite"),
+        (datetime.timedelta(seconds=-5), "cannot be negative"),
+        (10**12, "more than 100 years"),
+    ],
+)
+def test_bad_delay_values_are_rejected_with_a_value_error(delay, message):
+    with pytest.raises(InvalidSchedule, match=message) as caught:
+        resolve_run_at(delay, None, now=NOW)
+    assert isinstance(caught.value, ValueError)
+    assert isinstance(caught.value, DelayQueueException)
+    assert "delay=" in str(caught.value)
+
+
+@pytest.mark.parametrize("delay", ["10", True, [1], NOW])
+def test_delay_of_the_wrong_type_names_the_accepted_types(delay):
+    with pytest.raises(InvalidSchedule, match="number of seconds"):
+        resolve_run_at(delay, None, now=NOW)
+
+
+def test_both_delay_and_eta_is_an_error():
+    with pytest.raises(InvalidSchedule, match="not both"):
+        resolve_run_at(5, NOW, now=NOW)
+
+
+def test_naive_eta_is_rejected_when_use_tz_is_on(settings):
+    settings.USE_TZ = True
+    with pytest.raises(InvalidSchedule, match="timezone-aware"):
+        resolve_run_at(None, datetime.datetime(2027, 1, 1, 9, 0), now=NOW)
+
+
+@pytest.mark.parametrize(
+    "eta", [datetime.date(2027, 1, 1), 1700000000, "2027-01-01T00:00"]
+)
+def test_eta_must_be_a_datetime(eta):
+    with pytest.raises(InvalidSchedule, match="eta= must be a datetime"):
+        resolve_run_at(None, eta, now=NOW)
