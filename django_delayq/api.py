@@ -78,6 +78,9 @@ def schedule(
     :param key: a dedupe key: at most one scheduled or running task holds it.
         Scheduling a held key raises :class:`~django_delayq.exceptions.DuplicateTask`
         unless ``replace=True``, which cancels the scheduled holder first.
+    :param replace: with ``key``, cancel the scheduled task holding the key
+        and schedule this one in its place. A running holder cannot be
+        replaced (:class:`~django_delayq.exceptions.DuplicateTask`).
     :param max_attempts: overrides the task's ``max_attempts``.
     :param using: the database alias; defaults to the router's choice.
     :returns: the saved :class:`~django_delayq.models.DelayedTask`.
@@ -191,8 +194,9 @@ def reschedule(
 ) -> DelayedTask:
     """Move a scheduled task to a new time (``delay``, ``eta``, or now).
 
-    :raises TaskNotFound: no scheduled or running task matches.
-    :raises InvalidTaskState: the task is already running.
+    :raises TaskNotFound: no task has this id, or no scheduled or running
+        task holds this key.
+    :raises InvalidTaskState: the task is running, finished or cancelled.
     :returns: the updated row.
     """
     run_at = resolve_run_at(delay, eta)
@@ -225,7 +229,8 @@ def _prepare(call: Call) -> DelayedTask:
     """Validate one call and return its unsaved row (no I/O)."""
     settings = get_settings()
     registered = registry.resolve(call.task)
-    queue = settings.queue(call.queue or registered.queue or "default")
+    queue_name = call.queue if call.queue is not None else registered.queue
+    queue = settings.queue("default" if queue_name is None else queue_name)
     run_at = resolve_run_at(call.delay, call.eta)
     args, kwargs = check_payload(
         call.args, call.kwargs, max_bytes=settings.max_payload_bytes
@@ -350,4 +355,17 @@ def _locked_row(lookup: _Lookup, db: str) -> DelayedTask | None:
 
 
 def _db(using: str | None) -> str:
-    return using or router.db_for_write(DelayedTask)
+    """Return the database alias to write to, refusing manual transactions.
+
+    Redis is written from ``on_commit``, which needs either autocommit or an
+    ``atomic()`` block; checking first means nothing is written in vain.
+    """
+    db = using or router.db_for_write(DelayedTask)
+    connection = transaction.get_connection(db)
+    if not connection.in_atomic_block and not connection.get_autocommit():
+        raise transaction.TransactionManagementError(
+            "django-delayq needs autocommit or transaction.atomic(): with "
+            "set_autocommit(False) it cannot know when your transaction "
+            "commits. Wrap the call in transaction.atomic() instead."
+        )
+    return db

@@ -28,6 +28,7 @@ def check_tasks(**kwargs: Any) -> list[CheckMessage]:
         settings = conf.parse(conf.raw_settings())
     except InvalidConfiguration:
         return []  # check_settings reports it
+    registry.autodiscover()
     return [
         Error(
             f"Task {name!r} uses queue {task.queue!r}, which is not configured.",

@@ -34,6 +34,9 @@ DEFAULTS: dict[str, Any] = {
     "MAX_PAYLOAD_BYTES": 64 * 1024,
     "MAX_ATTEMPTS": 3,
     "REDIS_TIMEOUT": 0.25,
+    "RETRY_BACKOFF": 2.0,
+    "RETRY_BACKOFF_MAX": 3600.0,
+    "VISIBILITY_TIMEOUT": 300.0,
 }
 
 _QUEUE_KEYS = {"shards"}
@@ -70,6 +73,9 @@ class Settings:
     max_payload_bytes: int
     max_attempts: int
     redis_timeout: float
+    retry_backoff: float
+    retry_backoff_max: float
+    visibility_timeout: float
 
     def queue(self, name: str) -> QueueSettings:
         """Return the settings of queue ``name`` or raise :class:`UnknownQueue`."""
@@ -79,8 +85,8 @@ class Settings:
             known = ", ".join(sorted(self.queues))
             raise UnknownQueue(
                 f"queue={name!r} is not configured (configured: {known}). "
-                f'Add it to settings.DELAYQ["QUEUES"], e.g. '
-                f'"QUEUES": {{{name!r}: {{"shards": 1}}}}.'
+                f"Add it to settings.DELAYQ['QUEUES'], e.g. "
+                f"'QUEUES': {{{name!r}: {{'shards': 1}}}}."
             ) from None
 
 
@@ -249,8 +255,11 @@ def _number_problems(raw: Mapping[Any, Any]) -> list[Problem]:
     problems = []
     for key, low, high, integer in (
         ("MAX_PAYLOAD_BYTES", 1, 64 * 1024 * 1024, True),
-        ("MAX_ATTEMPTS", 1, 1000, True),
+        ("MAX_ATTEMPTS", 1, 1000, True),  # registry.MAX_ATTEMPTS_LIMIT
         ("REDIS_TIMEOUT", 0.001, 60.0, False),
+        ("RETRY_BACKOFF", 0.0, 86400.0, False),
+        ("RETRY_BACKOFF_MAX", 0.0, 30 * 86400.0, False),
+        ("VISIBILITY_TIMEOUT", 1.0, 86400.0, False),
     ):
         value = raw.get(key, DEFAULTS[key])
         valid_type = _is_int(value) if integer else _is_number(value)
@@ -297,6 +306,9 @@ def parse(raw: Any) -> Settings:
         max_payload_bytes=values["MAX_PAYLOAD_BYTES"],
         max_attempts=values["MAX_ATTEMPTS"],
         redis_timeout=float(values["REDIS_TIMEOUT"]),
+        retry_backoff=float(values["RETRY_BACKOFF"]),
+        retry_backoff_max=float(values["RETRY_BACKOFF_MAX"]),
+        visibility_timeout=float(values["VISIBILITY_TIMEOUT"]),
     )
 
 

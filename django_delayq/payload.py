@@ -94,3 +94,8 @@ def _check(value: Any, where: str, depth: int) -> Any:
     raise InvalidPayload(
         f"{where} is a {kind}, which is not JSON serializable; {hint}."
     )
+
+
+def check_value(value: Any, where: str) -> Any:
+    """Return ``value`` as plain JSON data, or raise :class:`InvalidPayload`."""
+    return _check(value, where, 0)

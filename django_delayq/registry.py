@@ -39,11 +39,13 @@ class Task(Generic[P, R]):
         name: str,
         queue: str | None = None,
         max_attempts: int | None = None,
+        atomic: bool = True,
     ) -> None:
         self.func = func
         self.name = name
         self.queue = queue
         self.max_attempts = max_attempts
+        self.atomic = atomic
         functools.update_wrapper(self, func)
 
     def __repr__(self) -> str:
@@ -97,6 +99,7 @@ def task(
     name: str | None = None,
     queue: str | None = None,
     max_attempts: int | None = None,
+    atomic: bool = True,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
@@ -107,6 +110,7 @@ def task(
     name: str | None = None,
     queue: str | None = None,
     max_attempts: int | None = None,
+    atomic: bool = True,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Register a function as a delayed task, as ``@task`` or ``@task(...)``.
 
@@ -117,10 +121,18 @@ def task(
         by the system checks and by ``schedule()``, never at import time.
     :param max_attempts: how many times a failing task runs before it is
         marked failed; defaults to ``DELAYQ["MAX_ATTEMPTS"]``.
+    :param atomic: run the function and record its success in one database
+        transaction (the default). A task whose effects are only database
+        writes then takes effect exactly once, even when a worker dies or is
+        paused mid-task. Pass ``atomic=False`` for long tasks or tasks with
+        effects outside the database: they run outside a transaction and may
+        run again after a worker dies mid-task (at least once).
     """
 
     def decorate(fn: Callable[P, R]) -> Task[P, R]:
-        registered = _build(fn, name=name, queue=queue, max_attempts=max_attempts)
+        registered = _build(
+            fn, name=name, queue=queue, max_attempts=max_attempts, atomic=atomic
+        )
         register(registered)
         return registered
 
@@ -135,6 +147,7 @@ def _build(
     name: str | None,
     queue: str | None,
     max_attempts: int | None,
+    atomic: bool = True,
 ) -> Task[P, R]:
     if isinstance(fn, Task):
         raise InvalidTaskDefinition(f"{fn.name} is already a task; apply @task once.")
@@ -160,14 +173,30 @@ def _build(
             f"@task(queue=...) must be a queue name; got {queue!r}."
         )
     if max_attempts is not None:
-        validate_max_attempts(max_attempts, where="@task(max_attempts=...)")
-    return Task(fn, name, queue=queue, max_attempts=max_attempts)
+        try:
+            validate_max_attempts(max_attempts, where="@task(max_attempts=...)")
+        except InvalidArgument as exc:
+            raise InvalidTaskDefinition(str(exc)) from None
+    if not isinstance(atomic, bool):
+        raise InvalidTaskDefinition(
+            f"@task(atomic=...) must be True or False; got {atomic!r}."
+        )
+    return Task(fn, name, queue=queue, max_attempts=max_attempts, atomic=atomic)
+
+
+#: The most attempts a task may have (the same bound as the setting's).
+MAX_ATTEMPTS_LIMIT = 1000
 
 
 def validate_max_attempts(value: object, *, where: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or not 1 <= value <= MAX_ATTEMPTS_LIMIT
+    ):
         raise InvalidArgument(
-            f"{where} must be a positive integer (1 means no retries); got {value!r}."
+            f"{where} must be an integer from 1 (no retries) to "
+            f"{MAX_ATTEMPTS_LIMIT}; got {value!r}."
         )
     return value
 
@@ -202,20 +231,30 @@ def all_tasks() -> dict[str, Task[Any, Any]]:
     return dict(_registry)
 
 
-def get(name: str) -> Task[Any, Any]:
-    """Return the task registered under ``name``.
+def autodiscover() -> None:
+    """Import every installed app's ``tasks`` module, once per process.
 
-    On a miss, import every installed app's ``tasks`` module once (as the admin
-    does for ``admin`` modules) and look again, so scheduling by name works in
-    a process that has not imported the task's module yet.
+    As the admin does for ``admin`` modules; the workers, the system checks
+    and a by-name lookup that misses call it.
     """
     global _autodiscovered
-    found = _registry.get(name)
-    if found is None and not _autodiscovered:
+    if not _autodiscovered:
         from django.utils.module_loading import autodiscover_modules
 
         autodiscover_modules("tasks")
         _autodiscovered = True
+
+
+def get(name: str) -> Task[Any, Any]:
+    """Return the task registered under ``name``.
+
+    On a miss, :func:`autodiscover` tasks modules and look again, so
+    scheduling by name works in a process that has not imported the task's
+    module yet.
+    """
+    found = _registry.get(name)
+    if found is None:
+        autodiscover()
         found = _registry.get(name)
     if found is None:
         raise TaskNotRegistered(

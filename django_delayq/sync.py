@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from .models import DelayedTask, OutboxEntry, Status
 from .store import index
-from .store.connection import get_client
+from .store.connection import breaker_reason, get_client, note_failure
 from .timing import to_score
 
 logger = logging.getLogger(__name__)
@@ -47,6 +47,12 @@ def unindex_after_commit(tasks: Sequence[DelayedTask], action: str, using: str) 
 def _write(
     entries: list[index.IndexEntry], action: str, using: str, *, add: bool
 ) -> None:
+    skipped = breaker_reason()
+    if skipped is not None:
+        _to_outbox(
+            entries, action, using, f"skipped, Redis failed just before: {skipped}"
+        )
+        return
     try:
         client = get_client("schedule")
         if add:
@@ -54,6 +60,7 @@ def _write(
         else:
             index.remove(entries, client)
     except Exception as exc:
+        note_failure(exc)
         # Whatever went wrong, the rows are committed: the caller must not see
         # an error for work that will happen. The outbox makes sure it does.
         logger.warning(
@@ -82,11 +89,11 @@ def _to_outbox(
     try:
         OutboxEntry.objects.using(using).bulk_create(rows, batch_size=1000)
     except DatabaseError:
-        # Both stores failed at once. The committed rows are still the truth:
-        # the sweeper's reconciliation finds scheduled rows missing from Redis.
+        # Both stores failed at once. The committed rows are still the truth;
+        # reconciliation of scheduled rows against Redis re-indexes them.
         logger.exception(
-            "django-delayq: could not write %d outbox entries either; the "
-            "sweeper's reconciliation will re-index: %s",
+            "django-delayq: could not write %d outbox entries either; these "
+            "tasks are not indexed until the rows are reconciled: %s",
             len(rows),
             ", ".join(str(entry.task_id) for entry in entries),
         )

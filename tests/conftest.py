@@ -17,7 +17,8 @@ from tools.servers import PostgresServer, RedisServer
 
 
 def delayq_settings(url: str, **extra: Any) -> dict[str, Any]:
-    return {"REDIS_URL": url, "QUEUES": {"orders": {"shards": 4}}, **extra}
+    queues = {"orders": {"shards": 4}, "reports": {}}
+    return {"REDIS_URL": url, "QUEUES": queues, **extra}
 
 
 @pytest.fixture(scope="session")

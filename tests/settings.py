@@ -24,6 +24,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django_delayq",
     "tests.testapp",
+    "tests.discovered",
 ]
 
 MIDDLEWARE = [
@@ -67,7 +68,10 @@ DATABASES = {
 }
 
 # The conftest replaces this URL with the private server's.
-DELAYQ = {"REDIS_URL": "redis://127.0.0.1:1/0", "QUEUES": {"orders": {"shards": 4}}}
+DELAYQ = {
+    "REDIS_URL": "redis://127.0.0.1:1/0",
+    "QUEUES": {"orders": {"shards": 4}, "reports": {}},
+}
 
 LOGGING = {
     "version": 1,

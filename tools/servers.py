@@ -35,7 +35,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any, Self
+from typing import Any, BinaryIO, Self
+from urllib.parse import quote
 
 __all__ = [
     "LOOPBACK",
@@ -199,6 +200,7 @@ class _Server:
     # -- internals --------------------------------------------------------
 
     def _spawn(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
         self._prepare()
         argv = self._argv()
         user_args = self._user_args()
@@ -210,8 +212,8 @@ class _Server:
         if setpriv and (user_args or self._die_with_parent):
             wrapper = [setpriv, *user_args]
             if self._die_with_parent:
-                # If the process that started us dies without cleaning up
-                # (SIGKILL, os._exit), the kernel stops the server too.
+                # If the thread that starts the server dies without cleaning
+                # up (SIGKILL, os._exit), the kernel stops the server too.
                 wrapper += ["--pdeathsig", self.stop_steps[0][0].name]
             # setpriv execs the server, so Popen.pid is the server's PID.
             argv = [*wrapper, "--", *argv]
@@ -303,29 +305,44 @@ def _redis_binary() -> str:
     return found
 
 
-def _redis_call(port: int, *args: str, timeout: float = 1.0) -> bytes:
-    """Send one command over RESP; return a status/error line or bulk body."""
-    request = f"*{len(args)}\r\n" + "".join(
-        f"${len(arg.encode())}\r\n{arg}\r\n" for arg in args
-    )
-    with socket.create_connection((LOOPBACK, port), timeout=timeout) as sock:
-        sock.sendall(request.encode())
-        buffer = b""
-        while b"\r\n" not in buffer:
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("connection closed")
-            buffer += chunk
-        head, _, body = buffer.partition(b"\r\n")
-        if not head.startswith(b"$") or head == b"$-1":
-            return head
-        size = int(head[1:]) + 2  # the body ends with CRLF
-        while len(body) < size:
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("connection closed")
-            body += chunk
-        return body[: size - 2]
+def _resp(args: Sequence[str]) -> bytes:
+    parts = [f"*{len(args)}\r\n".encode()]
+    for arg in args:
+        data = arg.encode()
+        parts += [f"${len(data)}\r\n".encode(), data, b"\r\n"]
+    return b"".join(parts)
+
+
+def _read_reply(stream: BinaryIO) -> bytes:
+    """Read one reply: a status, error or integer line, or a bulk body."""
+    head = stream.readline()
+    if not head.endswith(b"\r\n"):
+        raise ConnectionError("connection closed")
+    head = head[:-2]
+    if not head.startswith(b"$") or head == b"$-1":
+        return head
+    size = int(head[1:]) + 2  # the body ends with CRLF
+    body = stream.read(size)
+    if len(body) < size:
+        raise ConnectionError("connection closed")
+    return body[:-2]
+
+
+def _redis_call(
+    port: int, *args: str, password: str | None = None, timeout: float = 1.0
+) -> bytes:
+    """Send one command over RESP, authenticating first if a password is set."""
+    with (
+        socket.create_connection((LOOPBACK, port), timeout=timeout) as sock,
+        sock.makefile("rb") as stream,
+    ):
+        if password is not None:
+            sock.sendall(_resp(["AUTH", password]))
+            reply = _read_reply(stream)
+            if reply != b"+OK":
+                return reply
+        sock.sendall(_resp(args))
+        return _read_reply(stream)
 
 
 class RedisServer(_Server):
@@ -338,6 +355,8 @@ class RedisServer(_Server):
     ``stop()`` and come back to that data; ``save`` is Redis's ``save``
     setting (``""``: snapshots only on an explicit ``SAVE``/``BGSAVE``,
     ``"1 1"``: every second when a key changed).
+
+    ``password`` sets ``requirepass`` and goes into :attr:`url`.
 
     ``die_with_parent`` makes the kernel stop the server when the thread that
     started it exits, so keep it on only when starting from a long-lived
@@ -355,6 +374,7 @@ class RedisServer(_Server):
         extra_args: Sequence[str] = (),
         persistence: bool = False,
         save: str = "",
+        password: str | None = None,
         die_with_parent: bool = True,
     ) -> None:
         if save and not persistence:
@@ -363,6 +383,7 @@ class RedisServer(_Server):
         self.extra_args = list(extra_args)
         self.persistence = persistence
         self.save = save
+        self.password = password
 
     @property
     def host(self) -> str:
@@ -370,7 +391,8 @@ class RedisServer(_Server):
 
     @property
     def url(self) -> str:
-        return f"redis://{LOOPBACK}:{self.port}/0"
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        return f"redis://{auth}{LOOPBACK}:{self.port}/0"
 
     @property
     def log_path(self) -> Path:
@@ -383,9 +405,24 @@ class RedisServer(_Server):
     def ping(self) -> bool:
         """True if something answers PING on our port."""
         try:
-            return _redis_call(self.port, "PING") == b"+PONG"
+            return self.call("PING") == b"+PONG"
         except OSError:
             return False
+
+    def call(self, *args: str) -> bytes:
+        """Run one command; return its status or error line, or bulk reply.
+
+        Enough for a quick look (``call("DBSIZE")``) without a client library.
+        """
+        return _redis_call(self.port, *args, password=self._requirepass())
+
+    def _requirepass(self) -> str | None:
+        # The password may also come as --requirepass in extra_args.
+        password = self.password
+        for flag, value in zip(self.extra_args, self.extra_args[1:], strict=False):
+            if flag == "--requirepass":
+                password = value
+        return password
 
     def _prepare(self) -> None:
         if not self.persistence:
@@ -403,6 +440,7 @@ class RedisServer(_Server):
             "--dbfilename", self.dbfilename,
             "--save", self.save,
             "--appendonly", "no",
+            *(["--requirepass", self.password] if self.password else []),
             *self.extra_args,
         ]  # fmt: skip
 
@@ -411,7 +449,7 @@ class RedisServer(_Server):
         # from our process and not from another one on the same port;
         # a server still loading its snapshot answers with an error.
         try:
-            reply = _redis_call(self.port, "INFO", "server")
+            reply = self.call("INFO", "server")
         except OSError:
             return False
         return f"process_id:{pid}\r\n".encode() in reply
@@ -465,7 +503,7 @@ class PostgresServer(_Server):
     ``kill()`` is an immediate shutdown (SIGQUIT): no checkpoint, crash
     recovery on the next start, like a crash; unlike a SIGKILL of the
     postmaster it also takes the backends down, so a restart finds no
-    leftovers.
+    leftovers. ``die_with_parent`` is as for :class:`RedisServer`.
     """
 
     name = "postgres"

@@ -15,7 +15,9 @@ timeouts suit a cache, not a queue.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from typing import Any
 
 import redis
@@ -24,8 +26,39 @@ from redis.retry import Retry
 
 from ..conf import Settings, get_settings
 
+logger = logging.getLogger(__name__)
+
 _lock = threading.Lock()
 _state: tuple[Settings, dict[str, redis.Redis]] | None = None
+
+#: The longest a blocking read (BLPOP, XREADGROUP BLOCK) waits on the server.
+BLOCK_SECONDS = 10.0
+
+#: After Redis failed to answer, the schedule path skips it for this long and
+#: sends writes straight to the outbox, so a request that schedules several
+#: tasks while Redis hangs waits for one timeout, not one per task.
+BREAKER_SECONDS = 1.0
+_breaker: tuple[float, str] | None = None  # (open until, monotonic; reason)
+
+
+def trip_breaker(reason: str) -> None:
+    """Note that Redis just failed: skip it for :data:`BREAKER_SECONDS`."""
+    global _breaker
+    _breaker = (time.monotonic() + BREAKER_SECONDS, reason)
+
+
+def note_failure(exc: BaseException) -> None:
+    """Trip the breaker if ``exc`` says Redis is unreachable or too slow."""
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        trip_breaker(f"{type(exc).__name__}: {exc}")
+
+
+def breaker_reason() -> str | None:
+    """Why Redis is being skipped right now, or ``None`` to try it."""
+    breaker = _breaker
+    if breaker is None or time.monotonic() >= breaker[0]:
+        return None
+    return breaker[1]
 
 
 def _role_options(role: str, settings: Settings) -> dict[str, Any]:
@@ -33,6 +66,18 @@ def _role_options(role: str, settings: Settings) -> dict[str, Any]:
         return {
             "socket_timeout": settings.redis_timeout,
             "socket_connect_timeout": settings.redis_timeout,
+            "retry": Retry(NoBackoff(), 0),
+        }
+    if role in ("loop", "blocking"):
+        # The dispatcher and worker loops handle errors themselves (log,
+        # back off, carry on), so the client does not retry behind their
+        # back. A blocking read waits at most BLOCK_SECONDS on the server;
+        # the socket timeout leaves room for that plus a slow network.
+        return {
+            "socket_timeout": 10.0 if role == "loop" else BLOCK_SECONDS + 10.0,
+            "socket_connect_timeout": 5.0,
+            "socket_keepalive": True,
+            "health_check_interval": 30,
             "retry": Retry(NoBackoff(), 0),
         }
     raise ValueError(f"unknown Redis client role {role!r}")
@@ -50,9 +95,16 @@ def _build(role: str, settings: Settings) -> redis.Redis:
     assert settings.cache_alias is not None
     base: redis.Redis = get_redis_connection(settings.cache_alias, write=True)
     base_pool = base.connection_pool
-    if type(base_pool) is not redis.ConnectionPool:
+    if type(base_pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
         # Sentinel and other managed pools route connections themselves;
-        # copying their kwargs would bypass that, so share the client.
+        # copying their kwargs would bypass that, so share the client (and
+        # its timeouts and retries).
+        logger.warning(
+            "django-delayq: CACHES[%r] uses %s; its client is shared as is, so "
+            'DELAYQ["REDIS_TIMEOUT"] does not apply to it.',
+            settings.cache_alias,
+            type(base_pool).__name__,
+        )
         return base
     kwargs = {**base_pool.connection_kwargs, **options}
     pool = redis.ConnectionPool(connection_class=base_pool.connection_class, **kwargs)
@@ -89,7 +141,8 @@ def _close(state: tuple[Settings, dict[str, redis.Redis]] | None) -> None:
 
 def reset() -> None:
     """Drop every client (tests call this after stopping a Redis server)."""
-    global _state
+    global _state, _breaker
     with _lock:
         _close(_state)
         _state = None
+        _breaker = None

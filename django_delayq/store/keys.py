@@ -6,6 +6,8 @@ every key of one shard lives in one slot and each Lua script touches one slot)::
     <prefix>:{<queue>:<shard>}:due    ZSET    member: task id, score: run_at (ms)
     <prefix>:{<queue>:<shard>}:ready  STREAM  ids moved from due by the dispatcher
     <prefix>:{<queue>:<shard>}:wake   LIST    one element: "a new head arrived"
+    <prefix>:{<queue>:<shard>}:lease  STRING  token of the dispatcher owning the shard
+    <prefix>:{<queue>:<shard>}:dead   STREAM  entries no worker could run, with why
 
 A member is the task id's 16 raw bytes: the smallest unique encoding, which
 keeps Redis memory per scheduled task low.
@@ -24,11 +26,26 @@ class ShardKeys:
     due: str
     ready: str
     wake: str
+    lease: str
+    dead: str
 
 
 def shard_keys(prefix: str, queue: str, shard: int) -> ShardKeys:
     base = f"{prefix}:{{{queue}:{shard}}}"
-    return ShardKeys(queue, shard, f"{base}:due", f"{base}:ready", f"{base}:wake")
+    return ShardKeys(
+        queue,
+        shard,
+        due=f"{base}:due",
+        ready=f"{base}:ready",
+        wake=f"{base}:wake",
+        lease=f"{base}:lease",
+        dead=f"{base}:dead",
+    )
+
+
+def dispatchers_key(prefix: str) -> str:
+    """The ZSET of live dispatchers (not per shard: read on its own)."""
+    return f"{prefix}:dispatchers"
 
 
 def encode_member(task_id: uuid.UUID) -> bytes:

@@ -48,6 +48,8 @@ NAIVE = datetime.datetime(2030, 1, 1, 12, 0)
             "not both",
         ),
         ({"queue": "nope"}, UnknownQueue, r"queue='nope' is not configured"),
+        ({"queue": ""}, UnknownQueue, r"queue='' is not configured"),
+        ({"max_attempts": 1001}, InvalidArgument, "max_attempts"),
         ({"max_attempts": 0}, InvalidArgument, "max_attempts"),
         ({"key": ""}, InvalidArgument, "key="),
     ],
@@ -68,6 +70,17 @@ def test_unregistered_task_name_raises_and_writes_nothing(redis_client):
         schedule("shop.tasks.typo", args=[1])
     assert not DelayedTask.objects.exists()
     assert due_members(redis_client) == {}
+
+
+def test_manual_transaction_management_is_refused_before_writing(redis_client):
+    transaction.set_autocommit(False)
+    try:
+        with pytest.raises(transaction.TransactionManagementError, match="atomic"):
+            schedule(add, args=[1, 2])
+    finally:
+        transaction.rollback()
+        transaction.set_autocommit(True)
+    assert not DelayedTask.objects.exists()
 
 
 def test_payload_errors_are_also_value_errors_and_schedule_errors_too():

@@ -28,8 +28,16 @@ def task_ids(settings, value, name):
 
 
 def test_valid_settings_pass_every_delayq_check(settings):
-    settings.DELAYQ = {"REDIS_URL": URL, "QUEUES": {"orders": {"shards": 4}}}
+    queues = {"orders": {"shards": 4}, "reports": {}}
+    settings.DELAYQ = {"REDIS_URL": URL, "QUEUES": queues}
     assert checks.run_checks(tags=["django_delayq"]) == []
+
+
+def test_e008_finds_tasks_in_modules_nothing_imported_yet(settings):
+    # tests/discovered/tasks.py is imported by no test: the check must
+    # autodiscover it to see its queue.
+    name = "tests.discovered.tasks.build_report"
+    assert task_ids(settings, {"REDIS_URL": URL}, name) == ["delayq.E008"]
 
 
 @pytest.mark.parametrize(
@@ -86,6 +94,7 @@ def test_task_on_an_unconfigured_queue_is_reported_as_e008(settings):
         registry.unregister(registered.name)
 
 
+@pytest.mark.django_db  # Django 6.1's model checks query the database
 def test_manage_py_check_fails_on_errors(settings):
     settings.DELAYQ = {"REDIS_URL": "http://nope"}
     with pytest.raises(SystemCheckError, match=r"delayq\.E003"):

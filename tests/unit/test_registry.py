@@ -42,11 +42,11 @@ def test_a_task_cannot_be_decorated_twice():
         task(testapp_tasks.add)
 
 
-@pytest.mark.parametrize("value", [0, -1, 1.5, True])
-def test_max_attempts_must_be_a_positive_integer(value):
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, 1001])
+def test_max_attempts_must_be_an_integer_from_1_to_1000(value):
     def fn() -> None: ...
 
-    with pytest.raises(ValueError, match="max_attempts"):
+    with pytest.raises(InvalidTaskDefinition, match=r"max_attempts.*1 \(no retries\)"):
         task(name="x.y", max_attempts=value)(fn)
 
 

@@ -1,0 +1,81 @@
+# Development entry points for django-delayq; `make help` lists them.
+#
+# Everything runs from virtualenvs under .venv/, created on first use by
+# tools/bootstrap.sh, which also installs redis-server and PostgreSQL from
+# Debian's packages when they are missing. The tests start their own private
+# servers on free ports, so nothing here needs or touches system services.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+# The steps of `make test` build on each other and share .venv/.
+.NOTPARALLEL:
+
+# Matrix legs to test; each names a Python and a Django (see tools/bootstrap.sh).
+MATRIX ?= py311-dj52 py312-dj6
+# Extra pytest arguments, e.g. PYTEST_ARGS='-x -k dispatch'.
+PYTEST_ARGS ?=
+# Lint, type checks and docs run once, in the newest leg.
+LINT_LEG ?= $(lastword $(MATRIX))
+# `make test-fast` and `make example` use the first leg.
+FAST_LEG ?= $(firstword $(MATRIX))
+EXAMPLE_LEG ?= $(FAST_LEG)
+EXAMPLE_PORT ?= 8000
+
+BOOTSTRAP := tools/bootstrap.sh
+LINT_BIN := .venv/$(LINT_LEG)/bin
+export PYTEST_ARGS
+
+.PHONY: help test test-fast tests lint typecheck docs example bootstrap clean distclean
+
+help: ## Show this help
+	@echo "Usage: make TARGET [MATRIX='...'] [PYTEST_ARGS='...']"
+	@echo
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
+		awk -F':.*## ' '{ printf "  %-11s %s\n", $$1, $$2 }'
+	@echo
+	@echo "MATRIX=\"$(MATRIX)\""
+
+test: bootstrap lint typecheck tests docs ## Everything CI checks: lint, mypy, tests over the matrix, docs
+	@printf '\nTest matrix:\n'
+	@cat .venv/logs/summary.txt
+	@echo "make test: all checks passed"
+
+bootstrap: ## Install missing servers and create the virtualenvs
+	@$(BOOTSTRAP) $(MATRIX)
+
+lint: ## ruff check and ruff format --check
+	@$(BOOTSTRAP) --no-servers $(LINT_LEG)
+	$(LINT_BIN)/ruff check .
+	$(LINT_BIN)/ruff format --check .
+
+typecheck: ## mypy (configured in pyproject.toml)
+	@$(BOOTSTRAP) --no-servers $(LINT_LEG)
+	$(LINT_BIN)/mypy
+
+tests: ## pytest in every MATRIX leg, against SQLite and PostgreSQL
+	@$(BOOTSTRAP) $(MATRIX)
+	tools/run_tests.sh $(MATRIX)
+
+test-fast: ## pytest in the first leg against SQLite only (pass PYTEST_ARGS)
+	@$(BOOTSTRAP) --redis-only $(FAST_LEG)
+	tools/run_tests.sh --dbs sqlite $(FAST_LEG)
+
+docs: ## Build the HTML docs, warnings as errors
+	@$(BOOTSTRAP) --no-servers $(LINT_LEG)
+	$(LINT_BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	@echo "docs: docs/_build/html/index.html"
+
+example: ## Run the example project with a private Redis (Ctrl-C stops it all)
+	@$(BOOTSTRAP) --redis-only $(EXAMPLE_LEG)
+	PATH="$(CURDIR)/.venv/$(EXAMPLE_LEG)/bin:$$PATH" EXAMPLE_PORT=$(EXAMPLE_PORT) \
+		python -m tools.servers run --redis --redis-port 0 -- tools/run_example.sh
+
+clean: ## Remove build output and caches (keeps the virtualenvs)
+	rm -rf docs/_build dist build .venv/logs .venv/pytest-cache \
+		.mypy_cache .ruff_cache .pytest_cache
+	find . -path ./.venv -prune -o \
+		\( -name __pycache__ -o -name '*.egg-info' \) -prune -exec rm -rf {} +
+
+distclean: clean ## Also remove the virtualenvs
+	rm -rf .venv

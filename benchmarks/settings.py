@@ -1,0 +1,35 @@
+"""Django settings for the benchmarks; the harness fills in the servers."""
+
+from __future__ import annotations
+
+import os
+
+SECRET_KEY = "benchmarks-only"
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django_delayq",
+    "benchmarks.benchapp",
+]
+
+_db = os.environ.get("DELAYQ_BENCH_DB", "sqlite")
+DATABASES = {
+    "default": (
+        {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": os.environ.get("DELAYQ_BENCH_SQLITE", "/tmp/delayq-bench.sqlite3"),
+        }
+        if _db == "sqlite"
+        else {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": os.environ.get("DELAYQ_PG_NAME", "postgres"),
+            "USER": os.environ.get("DELAYQ_PG_USER", "postgres"),
+            "HOST": os.environ.get("DELAYQ_PG_HOST", "127.0.0.1"),
+            "PORT": os.environ.get("DELAYQ_PG_PORT", "5432"),
+        }
+    )
+}
+DELAYQ = {"REDIS_URL": os.environ.get("DELAYQ_REDIS_URL", "redis://127.0.0.1:6379/0")}

@@ -1,0 +1,103 @@
+"""Connection settings: REDIS_URL with AUTH, CACHE_ALIAS, and bounded waits."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+from django.db import transaction
+
+from django_delayq import schedule
+from django_delayq.models import OutboxEntry
+from django_delayq.store.connection import get_client
+from tests.conftest import delayq_settings
+from tests.helpers import expected_score, indexed_score
+from tests.testapp.tasks import add
+from tools.servers import RedisServer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_cache_alias_reuses_a_django_redis_caches_server(
+    settings, redis_server, redis_client
+):
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "redis": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": redis_server.url,
+        },
+    }
+    settings.DELAYQ = {"CACHE_ALIAS": "redis", "QUEUES": {"orders": {}}}
+    task = schedule(add, args=[1, 2], delay=30)
+    assert indexed_score(redis_client, task) == expected_score(task)
+    # Our own pool, with our timeouts, not the cache's.
+    kwargs = get_client().connection_pool.connection_kwargs
+    assert kwargs["socket_timeout"] == 0.25
+    assert kwargs["port"] == redis_server.port
+
+
+@pytest.fixture
+def password_redis(settings) -> Iterator[RedisServer]:
+    server = RedisServer(extra_args=["--requirepass", "s3cret"])
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_redis_auth_through_the_url(settings, password_redis):
+    url = f"redis://:s3cret@127.0.0.1:{password_redis.port}/0"
+    settings.DELAYQ = delayq_settings(url)
+    task = schedule(add, args=[1, 2], delay=30)
+    assert indexed_score(get_client(), task) == expected_score(task)
+    assert not OutboxEntry.objects.exists()
+
+
+def test_a_wrong_password_sends_the_task_to_the_outbox(settings, password_redis):
+    url = f"redis://:wrong@127.0.0.1:{password_redis.port}/0"
+    settings.DELAYQ = delayq_settings(url)
+    task = schedule(add, args=[1, 2], delay=30)
+    [entry] = OutboxEntry.objects.all()
+    assert entry.task_id == task.pk
+    assert "AuthenticationError" in entry.last_error
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A TCP port that accepts connections (via the backlog) but never answers."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.close()
+
+
+@pytest.mark.timeout(20)
+def test_an_unresponsive_redis_is_given_up_after_redis_timeout(settings, silent_server):
+    settings.DELAYQ = delayq_settings(
+        f"redis://127.0.0.1:{silent_server}/0", REDIS_TIMEOUT=0.2
+    )
+    task = schedule(add, args=[1, 2], delay=30)
+    [entry] = OutboxEntry.objects.all()
+    assert entry.task_id == task.pk
+    assert "Timeout" in entry.last_error
+
+
+@pytest.mark.timeout(20)
+def test_after_one_timeout_the_same_request_skips_redis(settings, silent_server):
+    """Several tasks in one transaction wait for one timeout, not one each."""
+    settings.DELAYQ = delayq_settings(
+        f"redis://127.0.0.1:{silent_server}/0", REDIS_TIMEOUT=0.2
+    )
+    with transaction.atomic():
+        tasks = [schedule(add, args=[i, i], delay=30) for i in range(4)]
+    errors = dict(OutboxEntry.objects.values_list("task_id", "last_error"))
+    assert set(errors) == {task.pk for task in tasks}
+    assert "Timeout" in errors[tasks[0].pk]
+    for task in tasks[1:]:
+        assert errors[task.pk].startswith("skipped, Redis failed just before")

@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# Make this machine ready to develop and test django-delayq.
+#
+#   tools/bootstrap.sh [--redis-only | --no-servers] [LEG ...]
+#
+# 1. Installs the Debian packages that provide redis-server and the PostgreSQL
+#    server, unless their binaries are already there (--redis-only skips
+#    PostgreSQL, --no-servers skips both).
+# 2. Creates .venv/tools, holding a pinned uv.
+# 3. Creates one virtualenv per matrix LEG under .venv/LEG with the package
+#    (editable, with hiredis), the "dev" dependency group, the leg's Django and
+#    honcho (for `make example`).
+#
+# Idempotent and quick when nothing changed: a leg is rebuilt from scratch only
+# when pyproject.toml or what this script installs in it changes.
+set -euo pipefail
+
+SCRIPT=$(realpath "$0")
+cd "$(dirname "$SCRIPT")/.."
+
+UV_VERSION=0.13.9
+VENV_ROOT=.venv
+TOOLS_VENV=$VENV_ROOT/tools
+UV=$TOOLS_VENV/bin/uv
+# What every leg gets besides its Django; honcho runs `make example`.
+INSTALL_ARGS=(-e '.[hiredis]' --group dev honcho)
+# uv must use the interpreters we pick, never fetch one.
+export UV_PYTHON_DOWNLOADS=never
+
+say() { printf 'bootstrap: %s\n' "$*"; }
+die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 1; }
+
+# The test matrix: Python version and Django requirement of each leg.
+KNOWN_LEGS="py311-dj52 py312-dj6"
+leg_spec() {
+    case "$1" in
+        py311-dj52) echo "3.11 Django>=5.2,<6.0" ;;
+        py312-dj6) echo "3.12 Django>=6.1,<6.2" ;;
+        *) die "unknown matrix leg '$1' (known: $KNOWN_LEGS)" ;;
+    esac
+}
+
+# -- system packages ----------------------------------------------------------
+
+apt_updated=0
+added_policy=""
+remove_policy() {
+    if [[ -n $added_policy ]]; then
+        "${sudo[@]}" rm -f "$added_policy"
+        added_policy=""
+    fi
+}
+trap remove_policy EXIT
+
+sudo=()
+apt_install() {
+    if [[ $EUID -ne 0 ]]; then
+        command -v sudo >/dev/null ||
+            die "need root or sudo to install Debian packages: $*"
+        sudo=(sudo)
+    fi
+    command -v apt-get >/dev/null ||
+        die "apt-get not found: install these packages by hand: $*"
+    # Without systemd (containers, CI) a package's service would be started as
+    # a stray daemon nobody manages: deny service starts during the install.
+    # Our own servers always run privately on free ports.
+    local policy=/usr/sbin/policy-rc.d
+    if [[ ! -d /run/systemd/system && ! -e $policy ]]; then
+        printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee "$policy" >/dev/null
+        "${sudo[@]}" chmod 755 "$policy"
+        added_policy=$policy
+    fi
+    if [[ $apt_updated -eq 0 ]]; then
+        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q ||
+            die "apt-get update failed"
+        apt_updated=1
+    fi
+    say "installing Debian packages: $*"
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -q --no-install-recommends "$@" ||
+        die "apt-get failed installing: $*"
+    remove_policy
+}
+
+have_redis() {
+    command -v redis-server >/dev/null || [[ -x /usr/bin/redis-server ]]
+}
+
+have_postgres() {
+    local bindir
+    for bindir in ${DELAYQ_PG_BINDIR:-} /usr/lib/postgresql/*/bin; do
+        [[ -x $bindir/postgres && -x $bindir/initdb ]] && return 0
+    done
+    return 1
+}
+
+install_servers() {
+    local servers=$1 missing=()
+    [[ $servers == none ]] && return 0
+    have_redis || missing+=(redis-server)
+    if [[ $servers == all ]] && ! have_postgres; then
+        missing+=(postgresql)
+    fi
+    if [[ ${#missing[@]} -gt 0 ]]; then apt_install "${missing[@]}"; fi
+    have_redis || die "redis-server still missing after installing it"
+    if [[ $servers == all ]] && ! have_postgres; then
+        die "PostgreSQL server binaries still missing (set DELAYQ_PG_BINDIR?)"
+    fi
+}
+
+# -- interpreters -------------------------------------------------------------
+
+# Print the path of a working python X.Y. pyenv shims exist for every
+# installed version but fail unless that version is selected, so each
+# candidate is run, not just looked up.
+find_python() {
+    local want=$1 candidate found
+    local candidates=("python$want")
+    local root
+    root=$(pyenv root 2>/dev/null) || root=${PYENV_ROOT:-$HOME/.pyenv}
+    # Newest patch release first.
+    while IFS= read -r found; do
+        candidates+=("$found")
+    done < <(printf '%s\n' "$root"/versions/"$want".*/bin/"python$want" | sort -Vr)
+    candidates+=("/usr/local/bin/python$want" "/usr/bin/python$want" python3)
+    for candidate in "${candidates[@]}"; do
+        found=$(command -v "$candidate" 2>/dev/null) || continue
+        if [[ $("$found" -c 'import sys; print("%d.%d" % sys.version_info[:2])' \
+            2>/dev/null) == "$want" ]]; then
+            "$found" -c 'import sys; print(sys.executable)'
+            return 0
+        fi
+    done
+    return 1
+}
+
+# -- virtualenvs ----------------------------------------------------------------
+
+tools_venv() {
+    if [[ -x $UV && $("$UV" --version 2>/dev/null) == "uv $UV_VERSION"* ]]; then
+        return 0
+    fi
+    say "creating $TOOLS_VENV with uv $UV_VERSION"
+    rm -rf "$TOOLS_VENV"
+    if ! python3 -m venv "$TOOLS_VENV" 2>/dev/null; then
+        # Debian's own python3 ships venv/ensurepip separately.
+        rm -rf "$TOOLS_VENV"
+        apt_install python3-venv
+        python3 -m venv "$TOOLS_VENV"
+    fi
+    "$TOOLS_VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "uv==$UV_VERSION"
+}
+
+leg_venv() {
+    local leg=$1 spec python_version django venv stamp want interpreter start
+    spec=$(leg_spec "$leg")
+    read -r python_version django <<<"$spec"
+    venv=$VENV_ROOT/$leg
+    stamp=$venv/.bootstrap-stamp
+    # Everything that decides what gets installed, and nothing else.
+    want=$({
+        echo "$spec uv=$UV_VERSION ${INSTALL_ARGS[*]}"
+        cat pyproject.toml
+    } | sha256sum | cut -d' ' -f1)
+    if [[ -x $venv/bin/python && -f $stamp && $(<"$stamp") == "$want" ]]; then
+        return 0
+    fi
+    local others
+    others=$(echo "$KNOWN_LEGS" | tr ' ' '\n' | grep -vx "$leg" | paste -sd' ')
+    interpreter=$(find_python "$python_version") || die "Python $python_version \
+not found (needed by the $leg leg; looked on PATH, in pyenv's versions and in \
+/usr/bin). Install it, or test only the other legs: make test MATRIX='$others'"
+    start=$SECONDS
+    say "creating $venv ($interpreter, $django)"
+    # From scratch, so that dependencies dropped from pyproject.toml go away too.
+    rm -rf "$venv"
+    # --seed: pip too, for trying things out by hand.
+    "$UV" venv --quiet --seed --python "$interpreter" "$venv"
+    "$UV" pip install --quiet --python "$venv/bin/python" "${INSTALL_ARGS[@]}" \
+        "$django"
+    echo "$want" >"$stamp"
+    say "$venv ready in $((SECONDS - start)) s"
+}
+
+# -- main -----------------------------------------------------------------------
+
+servers=all
+legs=()
+for arg in "$@"; do
+    case "$arg" in
+        --redis-only) servers=redis ;;
+        --no-servers) servers=none ;;
+        -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$SCRIPT"; exit 0 ;;
+        -*) die "unknown option $arg" ;;
+        *) leg_spec "$arg" >/dev/null; legs+=("$arg") ;;
+    esac
+done
+
+install_servers "$servers"
+tools_venv
+for leg in "${legs[@]}"; do
+    leg_venv "$leg"
+done

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Run the test suite in each matrix leg's virtualenv, once per database.
+#
+#   tools/run_tests.sh [--dbs "sqlite postgres"] LEG ...
+#
+# PYTEST_ARGS (environment) is added to every pytest command line, with shell
+# quoting, e.g. PYTEST_ARGS='-x -k "dispatch and not slow"'.
+#
+# Every run goes ahead even when an earlier one failed, so that one report
+# covers the whole matrix; the exit status is non-zero if any run failed,
+# including pytest's status 5 (no tests collected). The test suite starts its
+# own redis-server and PostgreSQL (tools/servers.py), selected by
+# DELAYQ_TEST_DB. The report is also written to .venv/logs/summary.txt.
+set -uo pipefail
+
+cd "$(dirname "$(realpath "$0")")/.." || exit 2
+
+dbs="sqlite postgres"
+legs=()
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --dbs) dbs=$2; shift 2 ;;
+        -*) echo "run_tests: unknown option $1" >&2; exit 2 ;;
+        *) legs+=("$1"); shift ;;
+    esac
+done
+[[ ${#legs[@]} -gt 0 ]] || { echo "run_tests: no matrix leg given" >&2; exit 2; }
+
+# Quoting in PYTEST_ARGS is honoured, as on a command line.
+pytest_args=()
+eval "pytest_args=(${PYTEST_ARGS:-})"
+# pytest's output goes through tee, so keep colours when a person watches.
+if [[ -t 1 ]]; then export PY_COLORS=1; fi
+
+logs=.venv/logs
+mkdir -p "$logs"
+summary=$logs/summary.txt
+: >"$summary"
+failed=0
+
+for leg in "${legs[@]}"; do
+    python=.venv/$leg/bin/python
+    if [[ ! -x $python ]]; then
+        echo "run_tests: $python missing: run tools/bootstrap.sh $leg" >&2
+        exit 2
+    fi
+    for db in $dbs; do
+        log=$logs/pytest-$leg-$db.log
+        printf '\n==> %s, %s: pytest %s\n' "$leg" "$db" "${pytest_args[*]}"
+        start=$SECONDS
+        # The cache stays in .venv so that --lf/--ff work without littering
+        # the work tree.
+        DELAYQ_TEST_DB=$db "$python" -m pytest -o cache_dir=.venv/pytest-cache \
+            "${pytest_args[@]}" 2>&1 | tee "$log"
+        status=${PIPESTATUS[0]}
+        # pytest's closing line, e.g. "=== 41 passed, 2 skipped in 3.10s ==="
+        # (without the "=" under -q).
+        outcome=$(sed 's/\x1b\[[0-9;]*m//g' "$log" |
+            grep -E '(passed|failed|errors?|skipped|deselected|no tests ran).* in [0-9.]+s' |
+            tail -n 1 | sed -E 's/^=+ | =+$//g')
+        case $status in
+            0) verdict=ok ;;
+            5) verdict="FAILED (no tests collected)" ;;
+            *) verdict="FAILED (exit $status)" ;;
+        esac
+        [[ $status -eq 0 ]] || failed=$((failed + 1))
+        printf '%-12s %-9s %-28s %s [%ds]\n' "$leg" "$db" "$verdict" \
+            "${outcome:-no pytest summary}" $((SECONDS - start)) >>"$summary"
+    done
+done
+
+printf '\nTest matrix:\n'
+cat "$summary"
+if [[ $failed -gt 0 ]]; then
+    printf 'run_tests: %d run(s) failed\n' "$failed" >&2
+    exit 1
+fi
