@@ -22,7 +22,7 @@ from typing import Any
 from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
-from . import registry
+from . import registry, signals
 from .conf import get_settings
 from .exceptions import (
     DuplicateTask,
@@ -100,6 +100,7 @@ def schedule(
         # joins the caller's transaction, or commits on its own in autocommit.
         task.save(force_insert=True, using=db)
         index_after_commit([task], OutboxEntry.Action.SCHEDULE, db)
+        signals.send_on_commit(signals.task_scheduled, [task], db)
         return task
     # A savepoint (when the caller has a transaction): if the key is held,
     # the failed INSERT and any replacement are undone and the caller's
@@ -109,6 +110,7 @@ def schedule(
             _release_key(key, db)
         task.save(force_insert=True, using=db)
         index_after_commit([task], OutboxEntry.Action.SCHEDULE, db)
+        signals.send_on_commit(signals.task_scheduled, [task], db)
     return task
 
 
@@ -144,6 +146,7 @@ def schedule_many(
     with _key_clash_as_duplicate(seen_keys, db), transaction.atomic(using=db):
         DelayedTask.objects.using(db).bulk_create(tasks, batch_size=1000)
         index_after_commit(tasks, OutboxEntry.Action.SCHEDULE, db)
+        signals.send_on_commit(signals.task_scheduled, tasks, db)
     return tasks
 
 
@@ -178,6 +181,8 @@ def cancel(
         if not updated:
             return False
         unindex_after_commit([row], OutboxEntry.Action.CANCEL, db)
+        row.status, row.finished_at = Status.CANCELLED, now
+        signals.send_on_commit(signals.task_cancelled, [row], db)
     if isinstance(task_or_id, DelayedTask):
         task_or_id.status = Status.CANCELLED
         task_or_id.finished_at = now
@@ -310,6 +315,8 @@ def _release_key(key: str, db: str) -> None:
         status=Status.CANCELLED, finished_at=timezone.now()
     )
     unindex_after_commit([holder], OutboxEntry.Action.CANCEL, db)
+    holder.status = Status.CANCELLED
+    signals.send_on_commit(signals.task_cancelled, [holder], db)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ settings at them.
 from __future__ import annotations
 
 import os
+import tempfile
 
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
@@ -52,24 +53,43 @@ TEST_DB = os.environ.get("DELAYQ_TEST_DB", "sqlite")
 if TEST_DB not in ("sqlite", "postgres"):
     raise RuntimeError(f"DELAYQ_TEST_DB must be sqlite or postgres, not {TEST_DB!r}")
 
-# For postgres the conftest fills in HOST/PORT of the server it starts.
-DATABASES = {
-    "default": (
-        {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
-        if TEST_DB == "sqlite"
-        else {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": "delayq",
-            "USER": "postgres",
-            "HOST": "127.0.0.1",
-            "PORT": "0",
-        }
-    )
-}
+# Commands run as subprocesses by the acceptance tests use the test session's
+# database and Redis: DELAYQ_TEST_SHARED_DB names the database (a file for
+# SQLite), the DELAYQ_PG_* and DELAYQ_REDIS_URL variables the servers.
+SHARED_DB = os.environ.get("DELAYQ_TEST_SHARED_DB")
 
-# The conftest replaces this URL with the private server's.
+if TEST_DB == "sqlite":
+    # A file, not :memory:, so that subprocesses can share it; WAL lets them
+    # read while another process writes.
+    _sqlite_file = os.path.join(
+        tempfile.gettempdir(), f"delayq-tests-{os.getpid()}.sqlite3"
+    )
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": SHARED_DB or _sqlite_file,
+            "TEST": {"NAME": _sqlite_file},
+            "OPTIONS": {
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=OFF",
+            },
+        }
+    }
+else:
+    # For the test session the conftest fills in the server it starts.
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": SHARED_DB or "delayq",
+            "USER": os.environ.get("DELAYQ_PG_USER", "postgres"),
+            "HOST": os.environ.get("DELAYQ_PG_HOST", "127.0.0.1"),
+            "PORT": os.environ.get("DELAYQ_PG_PORT", "0"),
+        }
+    }
+
+# The conftest points the session at its private redis-server.
 DELAYQ = {
-    "REDIS_URL": "redis://127.0.0.1:1/0",
+    "REDIS_URL": os.environ.get("DELAYQ_REDIS_URL", "redis://127.0.0.1:1/0"),
     "QUEUES": {"orders": {"shards": 4}, "reports": {}},
 }
 

@@ -5,3 +5,11 @@ from django.db import models
 
 class Order(models.Model):
     status = models.CharField(max_length=16, default="unpaid")
+
+
+class Ledger(models.Model):
+    """One row per execution of a recording task, written in its transaction."""
+
+    key = models.CharField(max_length=100)
+    pid = models.IntegerField()
+    at = models.DateTimeField()

@@ -18,3 +18,44 @@ def order_cancel(order_id: int) -> None:
 @task(name="reminders.send")
 def send_reminder(user_id: int, *, text: str = "") -> None:
     """Registered under an explicit name."""
+
+
+@task(max_attempts=3)
+def always_fails(message: str) -> None:
+    raise RuntimeError(message)
+
+
+@task
+def create_order(status: str) -> int:
+    """Writes to the database: its effect must happen exactly once."""
+    from tests.testapp.models import Order
+
+    return Order.objects.create(status=status).pk
+
+
+@task(atomic=False)
+def create_order_non_atomic(status: str) -> int:
+    from tests.testapp.models import Order
+
+    return Order.objects.create(status=status).pk
+
+
+@task
+def returns_a_set() -> object:
+    return {1, 2}
+
+
+@task(queue="orders")
+def record(key: str, seconds: float = 0.0) -> str:
+    """Sleep (to look busy), then note this execution in the ledger."""
+    import os
+    import time
+
+    from django.utils import timezone
+
+    from tests.testapp.models import Ledger
+
+    at = timezone.now()
+    time.sleep(seconds)
+    Ledger.objects.create(key=key, pid=os.getpid(), at=at)
+    return key

@@ -1,0 +1,225 @@
+"""Running one task: claim the row, call the function, record the outcome.
+
+The row is the truth, and every state change is a conditional UPDATE fenced on
+``status`` and ``attempts``:
+
+* claim: ``scheduled -> running``, ``attempts + 1``, only if ``run_at <= now``
+  by this worker's clock (a task never starts early);
+* re-claim of a task whose worker died: ``running(n) -> running(n + 1)``;
+* outcome: ``running(n) -> succeeded | scheduled (retry) | failed``.
+
+For ``atomic`` tasks (the default) the function and the success UPDATE share
+one transaction. If the fence fails (this worker was paused past its
+visibility timeout and another worker took the task over), the transaction
+rolls back the function's database writes with it: a stale worker's late
+completion has no effect.
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+import logging
+import random
+import traceback
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from . import registry, signals
+from .conf import get_settings
+from .exceptions import InvalidPayload, TaskNotRegistered
+from .models import DelayedTask, OutboxEntry, Status
+from .payload import check_value
+from .sync import index_after_commit
+from .timing import ceil_ms
+
+logger = logging.getLogger(__name__)
+
+
+class Disposition(enum.Enum):
+    """What the worker does with the stream entry afterwards."""
+
+    DONE = "done"  # acknowledge and delete it
+    DEAD = "dead"  # dead-letter it, with a reason
+
+
+@dataclass(frozen=True)
+class Outcome:
+    disposition: Disposition
+    reason: str = ""
+
+
+DONE = Outcome(Disposition.DONE)
+
+
+class _Fenced(Exception):
+    """The row moved on under us: roll back and record nothing."""
+
+
+def execute(task_id: uuid.UUID, *, reclaimed: bool) -> Outcome:
+    """Run the task ``task_id`` if its row says it should run now.
+
+    Database errors propagate: the caller leaves the entry pending, so the
+    task is retried once the database is back.
+    """
+    row = DelayedTask.objects.filter(pk=task_id).first()
+    if row is None:
+        return Outcome(Disposition.DEAD, "no task row has this id")
+    if row.status in (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED):
+        return DONE  # finished or cancelled since it was dispatched
+    if row.status == Status.RUNNING and not reclaimed:
+        return DONE  # a second entry for a task another worker is running
+    try:
+        registered = registry.get(row.name)
+    except TaskNotRegistered:
+        reason = f"task name {row.name!r} is not registered in this worker"
+        _fail(row, row.attempts, reason, "", expect=row.status)
+        return Outcome(Disposition.DEAD, reason)
+    if row.status == Status.RUNNING:
+        if row.attempts >= row.max_attempts:
+            _fail(
+                row,
+                row.attempts,
+                f"worker lost during attempt {row.attempts} of {row.max_attempts}",
+                "",
+                expect=Status.RUNNING,
+            )
+            return DONE
+    elif row.run_at > timezone.now():
+        # Dispatched early (reschedule raced the dispatcher, or clocks
+        # disagree): put it back in the due-set at the row's time.
+        logger.debug("task %s is not due until %s; re-delayed", row.pk, row.run_at)
+        index_after_commit([row], OutboxEntry.Action.RESCHEDULE, _db())
+        return DONE
+    attempt = _claim(row)
+    if attempt is None:
+        return DONE  # another worker, a cancel or a reschedule won
+    signals.send(signals.task_started, row)
+    _run(row, registered, attempt)
+    return DONE
+
+
+def _claim(row: DelayedTask) -> int | None:
+    now = timezone.now()
+    rows = DelayedTask.objects.filter(pk=row.pk, attempts=row.attempts)
+    if row.status == Status.SCHEDULED:
+        rows = rows.filter(status=Status.SCHEDULED, run_at__lte=now)
+    else:
+        rows = rows.filter(status=Status.RUNNING)
+    attempt = row.attempts + 1
+    if not rows.update(status=Status.RUNNING, attempts=attempt, started_at=now):
+        return None
+    row.status, row.attempts, row.started_at = Status.RUNNING, attempt, now
+    return attempt
+
+
+def _run(row: DelayedTask, registered: registry.Task[Any, Any], attempt: int) -> None:
+    try:
+        if registered.atomic:
+            with transaction.atomic(using=_db()):
+                result = registered.func(*row.args, **row.kwargs)
+                _succeed(row, attempt, result)
+        else:
+            result = registered.func(*row.args, **row.kwargs)
+            with transaction.atomic(using=_db()):
+                _succeed(row, attempt, result)
+    except _Fenced:
+        logger.warning(
+            "task %s: attempt %d finished after another worker took it over; "
+            "its completion was discarded",
+            row.pk,
+            attempt,
+        )
+        return
+    except Exception as exc:
+        _retry_or_fail(row, attempt, exc)
+        return
+    signals.send(signals.task_succeeded, row, result=row.result)
+
+
+def _succeed(row: DelayedTask, attempt: int, result: Any) -> None:
+    try:
+        stored = check_value(result, "the return value")
+    except InvalidPayload as exc:
+        logger.warning("task %s: %s; it is not stored", row.pk, exc)
+        stored = None
+    now = timezone.now()
+    updated = DelayedTask.objects.filter(
+        pk=row.pk, status=Status.RUNNING, attempts=attempt
+    ).update(status=Status.SUCCEEDED, finished_at=now, result=stored, last_error="")
+    if not updated:
+        raise _Fenced
+    row.status, row.finished_at, row.result = Status.SUCCEEDED, now, stored
+
+
+def _retry_or_fail(row: DelayedTask, attempt: int, exc: Exception) -> None:
+    error = f"{type(exc).__name__}: {exc}"
+    trace = traceback.format_exc()
+    if attempt >= row.max_attempts:
+        if _fail(row, attempt, error, trace, expect=Status.RUNNING):
+            logger.error("task %s failed after %d attempts: %s", row.pk, attempt, error)
+        return
+    run_at = ceil_ms(timezone.now() + backoff(attempt))
+    db = _db()
+    with transaction.atomic(using=db):
+        updated = DelayedTask.objects.filter(
+            pk=row.pk, status=Status.RUNNING, attempts=attempt
+        ).update(
+            status=Status.SCHEDULED,
+            run_at=run_at,
+            last_error=error,
+            last_traceback=trace,
+        )
+        if updated:
+            row.status, row.run_at = Status.SCHEDULED, run_at
+            row.last_error, row.last_traceback = error, trace
+            # The retry goes through the same due-set as any delayed task.
+            index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
+    if updated:
+        logger.warning(
+            "task %s attempt %d/%d failed (%s); retrying at %s",
+            row.pk,
+            attempt,
+            row.max_attempts,
+            error,
+            run_at.isoformat(),
+        )
+        signals.send(signals.task_retried, row, error=error, run_at=run_at)
+
+
+def _fail(
+    row: DelayedTask, attempt: int, error: str, trace: str, *, expect: str
+) -> bool:
+    now = timezone.now()
+    updated = DelayedTask.objects.filter(
+        pk=row.pk, status=expect, attempts=attempt
+    ).update(
+        status=Status.FAILED, finished_at=now, last_error=error, last_traceback=trace
+    )
+    if updated:
+        row.status, row.finished_at = Status.FAILED, now
+        row.last_error, row.last_traceback = error, trace
+        signals.send(signals.task_failed, row, error=error)
+    return bool(updated)
+
+
+def backoff(attempt: int) -> datetime.timedelta:
+    """Delay before retry ``attempt + 1``: exponential, capped, with jitter.
+
+    ``RETRY_BACKOFF * 2 ** (attempt - 1)`` capped at ``RETRY_BACKOFF_MAX``,
+    then scaled by a random factor in [0.5, 1] so that tasks which failed
+    together do not retry together.
+    """
+    settings = get_settings()
+    base = min(settings.retry_backoff * 2 ** (attempt - 1), settings.retry_backoff_max)
+    return datetime.timedelta(seconds=base * random.uniform(0.5, 1.0))
+
+
+def _db() -> str:
+    from django.db import router
+
+    return router.db_for_write(DelayedTask)

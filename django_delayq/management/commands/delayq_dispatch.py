@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from django_delayq.dispatcher import Dispatcher
+from django_delayq.management.lifecycle import configure_logging, stop_on_signals
+
+
+class Command(BaseCommand):
+    help = (
+        "Move due tasks from the due-sets to the ready streams. Run one or "
+        "more; they share the shards through leases."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--queue",
+            action="append",
+            dest="queues",
+            metavar="NAME",
+            help="A queue to serve (repeatable). Default: every configured queue.",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=int,
+            default=1000,
+            help="The most ids moved by one Redis script call (default 1000).",
+        )
+        parser.add_argument(
+            "--lease-ttl",
+            type=float,
+            default=30.0,
+            help="Seconds before a dead dispatcher's shards are taken over "
+            "(default 30).",
+        )
+        parser.add_argument(
+            "--once",
+            action="store_true",
+            help="Move what is due now, then exit.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        configure_logging(options["verbosity"])
+        dispatcher = Dispatcher(
+            options["queues"],
+            batch_size=options["batch_size"],
+            lease_ttl=options["lease_ttl"],
+        )
+        stop_on_signals(dispatcher.stop, "delayq_dispatch")
+        stats = dispatcher.run(once=options["once"])
+        if options["verbosity"]:
+            self.stdout.write(f"delayq_dispatch: moved {stats.moved} task(s)")

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from django_delayq.management.lifecycle import configure_logging, stop_on_signals
+from django_delayq.worker import Worker
+
+
+class Command(BaseCommand):
+    help = "Run the tasks the dispatchers make ready. Run one or more."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--queue",
+            action="append",
+            dest="queues",
+            metavar="NAME",
+            help="A queue to serve (repeatable). Default: every configured queue.",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=int,
+            default=1,
+            help="Threads, each running one task at a time (default 1).",
+        )
+        parser.add_argument(
+            "--visibility-timeout",
+            type=float,
+            default=None,
+            help='Overrides DELAYQ["VISIBILITY_TIMEOUT"] (seconds).',
+        )
+        parser.add_argument(
+            "--once",
+            action="store_true",
+            help="Run what is ready now, then exit.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        configure_logging(options["verbosity"])
+        worker = Worker(
+            options["queues"],
+            concurrency=options["concurrency"],
+            visibility_timeout=options["visibility_timeout"],
+        )
+        stop_on_signals(worker.stop, "delayq_worker")
+        stats = worker.run(once=options["once"])
+        if options["verbosity"]:
+            self.stdout.write(
+                f"delayq_worker: {stats.processed} processed, "
+                f"{stats.dead_lettered} dead-lettered, {stats.reclaimed} reclaimed"
+            )

@@ -1,0 +1,38 @@
+-- move.lua: move due task ids from a shard's due-set to its ready stream.
+--
+-- KEYS[1]  due-set  ZSET, member = 16-byte task id, score = run_at in epoch ms
+-- KEYS[2]  ready    STREAM the workers read through a consumer group
+-- KEYS[3]  lease    STRING holding the token of the dispatcher that owns the shard
+-- ARGV[1]  the caller's lease token (the fence: a dispatcher whose lease was
+--          taken over moves nothing)
+-- ARGV[2]  the most ids to move in this call
+--
+-- Returns  {moved, head, now}
+--          moved: ids moved, or -1 when the caller does not hold the lease
+--          head:  score of the earliest id left in the due-set, or -1 if none
+--          now:   Redis' clock in epoch ms (one clock for every dispatcher)
+--
+-- Due means score <= now by Redis' TIME, so dispatchers on hosts with skewed
+-- clocks agree. Pop and push happen in this one script: a crash can never
+-- leave an id in neither place.
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+if redis.call('GET', KEYS[3]) ~= ARGV[1] then
+  return {-1, -1, now}
+end
+
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+for i = 1, #ids do
+  redis.call('XADD', KEYS[2], '*', 'id', ids[i])
+end
+if #ids > 0 then
+  redis.call('ZREM', KEYS[1], unpack(ids))
+end
+
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if head[2] == nil then
+  return {#ids, -1, now}
+end
+return {#ids, tonumber(head[2]), now}

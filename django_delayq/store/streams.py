@@ -1,0 +1,138 @@
+"""The ready streams: consumer groups, reads, acks, heartbeats, reclaims.
+
+Workers of a queue read each shard's ready stream through one consumer group,
+:data:`GROUP`. An entry's only field is ``id``: the 16-byte task id. Nothing
+else in an entry is trusted; the worker loads everything it runs from the row.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from .keys import decode_member
+
+GROUP = "workers"
+#: Dead-letter streams keep at most about this many entries per shard.
+DEAD_MAXLEN = 10_000
+
+
+@dataclass(frozen=True)
+class Entry:
+    stream: str
+    entry_id: bytes
+    fields: dict[bytes, bytes]
+    reclaimed: bool = False
+
+    @property
+    def task_id(self) -> uuid.UUID | None:
+        """The task id this entry names, or None if it is not a valid entry."""
+        if set(self.fields) != {b"id"}:
+            return None
+        try:
+            return decode_member(self.fields[b"id"])
+        except ValueError:
+            return None
+
+
+def ensure_groups(client: redis.Redis, streams: Sequence[str]) -> None:
+    """Create the consumer group on every stream (and the stream) if missing.
+
+    The group starts at id 0, so entries added before it existed are read too.
+    """
+    for stream in streams:
+        try:
+            client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+
+def read(
+    client: redis.Redis,
+    consumer: str,
+    streams: Sequence[str],
+    *,
+    count: int,
+    block_ms: int | None,
+) -> list[Entry]:
+    """Read new entries for ``consumer``; block up to ``block_ms`` (None: don't)."""
+    try:
+        reply = client.xreadgroup(
+            GROUP, consumer, {s: ">" for s in streams}, count=count, block=block_ms
+        )
+    except redis.ResponseError as exc:
+        if "NOGROUP" not in str(exc):
+            raise
+        # Redis lost the group (FLUSHALL, restart without persistence).
+        ensure_groups(client, streams)
+        return []
+    return _entries(reply)
+
+
+def reclaim(
+    client: redis.Redis, stream: str, consumer: str, *, min_idle_ms: int, count: int
+) -> list[Entry]:
+    """Take over entries idle longer than ``min_idle_ms`` (their worker died)."""
+    try:
+        reply = client.xautoclaim(
+            stream, GROUP, consumer, min_idle_ms, start_id="0-0", count=count
+        )
+    except redis.ResponseError as exc:
+        if "NOGROUP" not in str(exc):
+            raise
+        ensure_groups(client, [stream])
+        return []
+    return [
+        Entry(stream, entry_id, dict(fields), reclaimed=True)
+        for entry_id, fields in reply[1]
+        if fields  # an entry deleted meanwhile comes back without fields
+    ]
+
+
+def heartbeat(client: redis.Redis, in_flight: dict[str, dict[bytes, str]]) -> None:
+    """Reset the idle time of in-flight entries so no live worker's task is
+    reclaimed. ``in_flight`` maps stream -> entry id -> owning consumer."""
+    pipe = client.pipeline(transaction=False)
+    for stream, entries in in_flight.items():
+        by_consumer: dict[str, list[Any]] = {}
+        for entry_id, consumer in entries.items():
+            by_consumer.setdefault(consumer, []).append(entry_id)
+        for consumer, ids in by_consumer.items():
+            pipe.xclaim(stream, GROUP, consumer, 0, ids, justid=True)
+    if pipe.command_stack:
+        pipe.execute()
+
+
+def finish(client: redis.Redis, stream: str, entry_id: bytes) -> None:
+    """Acknowledge and delete an entry, in one round trip."""
+    pipe = client.pipeline(transaction=False)
+    pipe.xack(stream, GROUP, entry_id)
+    pipe.xdel(stream, entry_id)
+    pipe.execute()
+
+
+def dead_letter(client: redis.Redis, dead: str, entry: Entry, reason: str) -> None:
+    """Keep an entry no worker can run, with the reason, then finish it."""
+    fields: dict[Any, Any] = {
+        b"reason": reason.encode(),
+        b"stream": entry.stream.encode(),
+        b"entry": entry.entry_id,
+    }
+    for key, value in list(entry.fields.items())[:16]:
+        fields[b"field:" + key[:64]] = value[:1024]
+    client.xadd(dead, fields, maxlen=DEAD_MAXLEN, approximate=True)
+    finish(client, entry.stream, entry.entry_id)
+
+
+def _entries(reply: Any) -> list[Entry]:
+    entries = []
+    for stream, items in reply or ():
+        name = stream.decode() if isinstance(stream, bytes) else stream
+        for entry_id, fields in items:
+            entries.append(Entry(name, entry_id, dict(fields or {})))
+    return entries

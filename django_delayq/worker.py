@@ -1,0 +1,247 @@
+"""The worker: reads the ready streams and runs the tasks they name.
+
+One :class:`Worker` per ``delayq_worker`` process, with ``concurrency``
+threads. Each thread is a consumer of every shard's group and reads with a
+blocking ``XREADGROUP`` (no polling). An entry is acknowledged and deleted
+only after the task's outcome is committed; if the worker dies first, the
+entry stays pending and another worker reclaims it with ``XAUTOCLAIM`` once
+it has been idle for ``VISIBILITY_TIMEOUT``. A heartbeat keeps the entries of
+tasks that are still running from looking idle.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import redis
+from django.db import DatabaseError, close_old_connections, connections
+
+from . import registry
+from .conf import get_settings
+from .execution import Disposition, execute
+from .store import streams
+from .store.connection import get_client
+from .store.keys import shard_keys
+
+logger = logging.getLogger(__name__)
+
+#: How long a read blocks on the server: also how long a graceful stop may
+#: wait for an idle thread to notice it.
+READ_BLOCK_MS = 2000
+
+
+@dataclass
+class WorkerStats:
+    processed: int = 0
+    dead_lettered: int = 0
+    reclaimed: int = 0
+    errors: int = 0
+
+
+class Worker:
+    """Run the tasks of the given queues.
+
+    :param queues: queue names; ``None`` serves every configured queue.
+    :param concurrency: threads, each running one task at a time.
+    :param visibility_timeout: seconds an entry may go without a heartbeat
+        before another worker reclaims it; defaults to
+        ``DELAYQ["VISIBILITY_TIMEOUT"]``.
+    """
+
+    def __init__(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        concurrency: int = 1,
+        visibility_timeout: float | None = None,
+    ) -> None:
+        settings = get_settings()
+        names = list(settings.queues) if not queues else list(queues)
+        self.queues = [settings.queue(name) for name in names]
+        if not 1 <= concurrency <= 256:
+            raise ValueError(f"concurrency must be from 1 to 256; got {concurrency}.")
+        self.concurrency = concurrency
+        self.visibility_timeout = (
+            settings.visibility_timeout
+            if visibility_timeout is None
+            else visibility_timeout
+        )
+        self.name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        keys = [
+            shard_keys(settings.key_prefix, queue.name, number)
+            for queue in self.queues
+            for number in range(queue.shards)
+        ]
+        self.streams = [k.ready for k in keys]
+        self.dead = {k.ready: k.dead for k in keys}
+        self.stats = WorkerStats()
+        self._stats_lock = threading.Lock()
+        self._stopping = threading.Event()
+        #: stream -> entry id -> consumer, for the heartbeat
+        self._in_flight: dict[str, dict[bytes, str]] = {s: {} for s in self.streams}
+        self._in_flight_lock = threading.Lock()
+        self._next_reclaim = 0.0
+        self._reclaim_lock = threading.Lock()
+
+    # -- public ---------------------------------------------------------------
+
+    def run(self, *, once: bool = False) -> WorkerStats:
+        """Work until :meth:`stop` (or, with ``once``, until nothing is ready)."""
+        registry.autodiscover()
+        client = get_client("loop")
+        streams.ensure_groups(client, self.streams)
+        logger.info(
+            "worker %s: %d thread(s) on %s",
+            self.name,
+            self.concurrency,
+            ", ".join(q.name for q in self.queues),
+        )
+        threads = [
+            threading.Thread(
+                target=self._consume,
+                args=(f"{self.name}-{n}", once),
+                name=f"delayq-worker-{n}",
+            )
+            for n in range(self.concurrency)
+        ]
+        for thread in threads:
+            thread.start()
+        # The main thread keeps the heartbeat going, also while a graceful stop
+        # lets the tasks in flight finish.
+        beat = max(self.visibility_timeout / 3, 0.1)
+        while alive := [t for t in threads if t.is_alive()]:
+            alive[0].join(timeout=beat)
+            self._heartbeat(client)
+        return self.stats
+
+    def stop(self) -> None:
+        """Finish the tasks in flight, read nothing new, return from run()."""
+        self._stopping.set()
+
+    # -- one thread -------------------------------------------------------------
+
+    def _consume(self, consumer: str, once: bool) -> None:
+        client = get_client("blocking")
+        failures = 0
+        try:
+            while not self._stopping.is_set():
+                try:
+                    entries = self._reclaim(client, consumer)
+                    if not entries:
+                        entries = streams.read(
+                            client,
+                            consumer,
+                            self.streams,
+                            count=1,
+                            block_ms=None if once else READ_BLOCK_MS,
+                        )
+                    if not entries:
+                        if once:
+                            return
+                        continue
+                    for entry in entries:
+                        self._handle(client, consumer, entry)
+                    failures = 0
+                except (redis.RedisError, DatabaseError) as exc:
+                    failures += 1
+                    self._count("errors")
+                    pause = min(0.1 * 2**failures, 5.0)
+                    logger.warning(
+                        "worker %s: %s: %s; retrying in %.1f s",
+                        consumer,
+                        type(exc).__name__,
+                        exc,
+                        pause,
+                    )
+                    self._stopping.wait(pause)
+        finally:
+            connections.close_all()
+
+    def _handle(self, client: redis.Redis, consumer: str, entry: streams.Entry) -> None:
+        task_id = entry.task_id
+        if task_id is None:
+            logger.warning(
+                "worker %s: dead-lettered a malformed entry %s in %s",
+                consumer,
+                entry.entry_id,
+                entry.stream,
+            )
+            streams.dead_letter(
+                client, self.dead[entry.stream], entry, "not a task id entry"
+            )
+            self._count("dead_lettered")
+            return
+        with self._in_flight_lock:
+            self._in_flight[entry.stream][entry.entry_id] = consumer
+        try:
+            # As Django does around a request: drop connections that broke or
+            # outlived CONN_MAX_AGE before and after each task.
+            close_old_connections()
+            outcome = execute(task_id, reclaimed=entry.reclaimed)
+            close_old_connections()
+            if outcome.disposition is Disposition.DEAD:
+                logger.warning(
+                    "worker %s: dead-lettered task %s: %s",
+                    consumer,
+                    task_id,
+                    outcome.reason,
+                )
+                streams.dead_letter(
+                    client, self.dead[entry.stream], entry, outcome.reason
+                )
+                self._count("dead_lettered")
+            else:
+                streams.finish(client, entry.stream, entry.entry_id)
+            self._count("processed")
+        finally:
+            # A database error leaves the entry pending: once the database
+            # is back, it is reclaimed and the row decides what happens.
+            with self._in_flight_lock:
+                self._in_flight[entry.stream].pop(entry.entry_id, None)
+
+    def _reclaim(self, client: redis.Redis, consumer: str) -> list[streams.Entry]:
+        """Now and then, take over entries whose worker stopped heartbeating."""
+        with self._reclaim_lock:
+            now = time.monotonic()
+            if now < self._next_reclaim:
+                return []
+            self._next_reclaim = now + max(self.visibility_timeout / 2, 0.1)
+        min_idle_ms = int(self.visibility_timeout * 1000)
+        for stream in self.streams:
+            entries = streams.reclaim(
+                client, stream, consumer, min_idle_ms=min_idle_ms, count=10
+            )
+            if entries:
+                logger.warning(
+                    "worker %s: reclaimed %d entries idle over %.0f s in %s",
+                    consumer,
+                    len(entries),
+                    self.visibility_timeout,
+                    stream,
+                )
+                self._count("reclaimed", len(entries))
+                with self._reclaim_lock:
+                    self._next_reclaim = 0.0  # there may be more
+                return entries
+        return []
+
+    def _heartbeat(self, client: redis.Redis) -> None:
+        with self._in_flight_lock:
+            in_flight = {s: dict(e) for s, e in self._in_flight.items() if e}
+        if not in_flight:
+            return
+        try:
+            streams.heartbeat(client, in_flight)
+        except redis.RedisError as exc:
+            logger.warning("worker %s: heartbeat failed: %s", self.name, exc)
+
+    def _count(self, field: str, amount: int = 1) -> None:
+        with self._stats_lock:
+            setattr(self.stats, field, getattr(self.stats, field) + amount)

@@ -1,0 +1,130 @@
+"""The dispatcher moves due ids, and only due ids, to the ready streams."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+
+from django_delayq import schedule
+from django_delayq.dispatcher import Dispatcher
+from django_delayq.store.keys import decode_member, shard_keys
+from tests.helpers import due_members, expected_score
+from tests.testapp.tasks import add, order_cancel
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def ready_entries(client: redis.Redis) -> dict[uuid.UUID, int]:
+    """Every ready-stream entry as task id -> the entry's Redis time (ms)."""
+    found = {}
+    for key in client.scan_iter(match="delayq:*:ready"):
+        for entry_id, fields in client.xrange(key):
+            found[decode_member(fields[b"id"])] = int(entry_id.split(b"-")[0])
+    return found
+
+
+def wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not reached within {seconds} s")
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def running() -> Iterator[Callable[..., Dispatcher]]:
+    """Start dispatchers in threads; stop them all at the end of the test."""
+    started: list[tuple[Dispatcher, threading.Thread]] = []
+
+    def start(**options: object) -> Dispatcher:
+        dispatcher = Dispatcher(**options)  # type: ignore[arg-type]
+        thread = threading.Thread(target=dispatcher.run, daemon=True)
+        thread.start()
+        started.append((dispatcher, thread))
+        return dispatcher
+
+    yield start
+    for dispatcher, thread in started:
+        dispatcher.stop()
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+
+
+def test_once_moves_the_due_ids_and_leaves_the_rest(redis_client):
+    due = [schedule(order_cancel, args=[i]) for i in range(3)]
+    later = [schedule(order_cancel, args=[i], delay=3600) for i in range(2)]
+    stats = Dispatcher().run(once=True)
+    assert stats.moved == 3
+    assert set(ready_entries(redis_client)) == {task.pk for task in due}
+    assert due_members(redis_client) == {t.pk: expected_score(t) for t in later}
+    # The leases were handed back.
+    assert not list(redis_client.scan_iter(match="delayq:*:lease"))
+
+
+def test_large_backlogs_move_in_batches(redis_client):
+    tasks = [schedule(add, args=[i, i]) for i in range(25)]
+    stats = Dispatcher(queues=["default"], batch_size=10).run(once=True)
+    assert stats.moved == 25
+    assert stats.batches == 3
+    assert set(ready_entries(redis_client)) == {task.pk for task in tasks}
+
+
+def test_a_task_is_moved_when_due_and_never_before(redis_client, running):
+    running(queues=["default"])
+    task = schedule(add, args=[1, 1], delay=0.3)
+    wait_for(lambda: task.pk in ready_entries(redis_client))
+    # The entry id carries Redis' clock at the move: never before the due time.
+    assert ready_entries(redis_client)[task.pk] >= expected_score(task)
+    assert due_members(redis_client) == {}
+
+
+def test_a_new_earliest_task_wakes_a_sleeping_dispatcher(redis_client, running):
+    # Nothing is due, and the backstop is far away: only a wake-up can help.
+    running(queues=["default"], max_wait=60.0)
+    schedule(add, args=[0, 0], delay=3600)
+    time.sleep(0.2)  # let it go to sleep until the far head
+    task = schedule(add, args=[1, 1], delay=0.1)
+    wait_for(lambda: task.pk in ready_entries(redis_client), seconds=5)
+
+
+def test_two_dispatchers_share_the_shards(redis_client, running):
+    first = running(queues=["orders"], lease_ttl=1.0)
+    wait_for(lambda: sum(s.owned for s in first.shards) == 4)
+    second = running(queues=["orders"], lease_ttl=1.0)
+    wait_for(lambda: sum(s.owned for s in second.shards) == 2)
+    wait_for(lambda: sum(s.owned for s in first.shards) == 2)
+    owners = {s.label for s in first.shards if s.owned}
+    owners |= {s.label for s in second.shards if s.owned}
+    assert owners == {f"orders:{n}" for n in range(4)}
+
+    tasks = [schedule(order_cancel, args=[i]) for i in range(40)]
+    wait_for(lambda: set(ready_entries(redis_client)) == {t.pk for t in tasks})
+    assert first.stats.moved + second.stats.moved == 40
+
+
+def test_a_stopped_dispatchers_shards_are_taken_over(redis_client, running):
+    first = running(queues=["orders"], lease_ttl=1.0)
+    second = running(queues=["orders"], lease_ttl=1.0)
+    wait_for(lambda: sum(s.owned for s in second.shards) == 2)
+    first.stop()
+    wait_for(lambda: sum(s.owned for s in second.shards) == 4)
+
+
+def test_a_dispatcher_whose_lease_was_taken_moves_nothing(redis_client):
+    dispatcher = Dispatcher(queues=["default"], lease_ttl=30.0)
+    client = redis.Redis(connection_pool=redis_client.connection_pool)
+    dispatcher._keep_leases(client)
+    [shard] = dispatcher.shards
+    assert shard.owned
+    # Another dispatcher now holds the lease (ours expired while we paused).
+    redis_client.set(shard_keys("delayq", "default", 0).lease, "someone-else")
+    schedule(add, args=[1, 1])
+    dispatcher._drain(client)
+    assert not shard.owned
+    assert dispatcher.stats.moved == 0
+    assert ready_entries(redis_client) == {}

@@ -1,0 +1,238 @@
+"""The worker runs what the rows say, exactly once, and never forged input."""
+
+from __future__ import annotations
+
+import pickle
+import time
+import uuid
+
+import pytest
+
+from django_delayq import cancel, schedule, signals
+from django_delayq.dispatcher import Dispatcher
+from django_delayq.execution import _claim, _run, execute
+from django_delayq.models import DelayedTask, Status
+from django_delayq.registry import get
+from django_delayq.store import streams
+from django_delayq.store.keys import shard_keys
+from django_delayq.worker import Worker
+from tests.helpers import due_members, expected_score
+from tests.testapp.models import Order
+from tests.testapp.tasks import add, always_fails, create_order, returns_a_set
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+READY = shard_keys("delayq", "default", 0).ready
+DEAD = shard_keys("delayq", "default", 0).dead
+
+
+def drain(rounds: int = 10) -> None:
+    """Dispatch and work until nothing is left to do (bounded)."""
+    for _ in range(rounds):
+        moved = Dispatcher().run(once=True).moved
+        processed = Worker().run(once=True).processed
+        if not moved and not processed:
+            return
+
+
+def refresh(task: DelayedTask) -> DelayedTask:
+    return DelayedTask.objects.get(pk=task.pk)
+
+
+def test_a_due_task_runs_once_with_its_arguments(redis_client):
+    task = schedule(add, args=[2, 3])
+    drain()
+    row = refresh(task)
+    assert row.status == Status.SUCCEEDED
+    assert row.result == 5
+    assert row.attempts == 1
+    assert row.started_at >= row.run_at
+    assert row.finished_at >= row.started_at
+    assert redis_client.xlen(READY) == 0  # acknowledged and deleted
+    assert due_members(redis_client) == {}
+
+
+def test_a_database_task_takes_effect_exactly_once(redis_client):
+    task = schedule(create_order, args=["paid"])
+    drain()
+    assert refresh(task).status == Status.SUCCEEDED
+    assert list(Order.objects.values_list("status", flat=True)) == ["paid"]
+
+
+def test_a_failing_task_is_retried_with_backoff_then_failed(redis_client, settings):
+    settings.DELAYQ = {**settings.DELAYQ, "RETRY_BACKOFF": 0.0}
+    retried: list[int] = []
+
+    def on_retry(sender, task, error, run_at, **kwargs):
+        retried.append(task.attempts)
+        assert "boom" in error
+
+    signals.task_retried.connect(on_retry)
+    try:
+        task = schedule(always_fails, args=["boom"])
+        drain()
+    finally:
+        signals.task_retried.disconnect(on_retry)
+    row = refresh(task)
+    assert row.status == Status.FAILED
+    assert row.attempts == 3
+    assert row.last_error == "RuntimeError: boom"
+    assert "raise RuntimeError(message)" in row.last_traceback
+    assert retried == [1, 2]
+
+
+def test_a_retry_waits_in_the_due_set(redis_client, settings):
+    settings.DELAYQ = {**settings.DELAYQ, "RETRY_BACKOFF": 60.0}
+    task = schedule(always_fails, args=["later"])
+    drain()
+    row = refresh(task)
+    assert (row.status, row.attempts) == (Status.SCHEDULED, 1)
+    assert row.run_at > row.started_at
+    # The backoff for attempt 1 is 60 s, with jitter between 0.5 and 1.
+    assert 30 <= (row.run_at - row.started_at).total_seconds() <= 61
+    assert due_members(redis_client) == {row.pk: expected_score(row)}
+
+
+def test_a_cancelled_task_never_runs(redis_client):
+    task = schedule(create_order, args=["cancelled?"])
+    assert Dispatcher().run(once=True).moved == 1
+    assert cancel(task) is True
+    assert Worker().run(once=True).processed == 1
+    assert refresh(task).status == Status.CANCELLED
+    assert not Order.objects.exists()
+    assert redis_client.xlen(READY) == 0
+
+
+def test_an_entry_for_a_task_not_yet_due_is_put_back(redis_client):
+    task = schedule(create_order, args=["early"], delay=3600)
+    redis_client.zrem(shard_keys("delayq", "default", 0).due, task.pk.bytes)
+    redis_client.xadd(READY, {"id": task.pk.bytes})
+    Worker().run(once=True)
+    assert refresh(task).status == Status.SCHEDULED
+    assert not Order.objects.exists()
+    assert due_members(redis_client) == {task.pk: expected_score(task)}
+
+
+def test_forged_entries_are_dead_lettered_and_run_nothing(redis_client):
+    streams.ensure_groups(redis_client, [READY])
+    blob = pickle.dumps(("os.system", "touch /tmp/pwned"))
+    redis_client.xadd(READY, {"id": blob})
+    redis_client.xadd(READY, {"name": "os.system", "args": "[]"})
+    redis_client.xadd(READY, {"id": uuid.uuid4().bytes})  # no such row
+    stats = Worker().run(once=True)
+    assert stats.dead_lettered == 3
+    reasons = sorted(fields[b"reason"] for _, fields in redis_client.xrange(DEAD))
+    assert reasons == [
+        b"no task row has this id",
+        b"not a task id entry",
+        b"not a task id entry",
+    ]
+    assert redis_client.xlen(READY) == 0
+
+
+def test_an_unregistered_task_name_is_failed_and_dead_lettered(redis_client):
+    row = DelayedTask.objects.create(
+        name="shop.tasks.removed_in_this_release", run_at=add.schedule().run_at
+    )
+    redis_client.xadd(READY, {"id": row.pk.bytes})
+    Worker().run(once=True)
+    row = refresh(row)
+    assert row.status == Status.FAILED
+    assert "is not registered in this worker" in row.last_error
+    [(_, fields)] = redis_client.xrange(DEAD)
+    assert b"not registered" in fields[b"reason"]
+
+
+def test_a_stale_workers_late_completion_is_discarded(redis_client):
+    task = schedule(create_order, args=["stale"])
+    row = refresh(task)
+    assert _claim(row) == 1
+    # The worker was paused past its visibility timeout; another took over.
+    DelayedTask.objects.filter(pk=task.pk).update(attempts=2)
+    _run(row, get(row.name), attempt=1)
+    assert not Order.objects.exists()  # its writes were rolled back
+    assert refresh(task).status == Status.RUNNING
+
+
+def test_an_entry_left_by_a_dead_worker_is_reclaimed_and_run_once(redis_client):
+    task = schedule(create_order, args=["reclaimed"])
+    Dispatcher().run(once=True)
+    # A worker read the entry, claimed the row, then died mid-task.
+    streams.ensure_groups(redis_client, [READY])
+    assert streams.read(redis_client, "dead-worker", [READY], count=1, block_ms=None)
+    assert _claim(refresh(task)) == 1
+    time.sleep(0.3)
+    stats = Worker(visibility_timeout=0.2).run(once=True)
+    assert stats.reclaimed == 1
+    row = refresh(task)
+    assert (row.status, row.attempts) == (Status.SUCCEEDED, 2)
+    assert Order.objects.count() == 1
+    assert redis_client.xpending(READY, streams.GROUP)["pending"] == 0
+
+
+def test_a_return_value_json_cannot_hold_is_not_stored(redis_client):
+    task = schedule(returns_a_set)
+    drain()
+    row = refresh(task)
+    assert row.status == Status.SUCCEEDED
+    assert row.result is None
+
+
+def test_signals_follow_the_tasks_life(redis_client):
+    seen: list[tuple[str, str]] = []
+
+    def recorder(name: str):
+        def receive(sender, task, **kwargs):
+            seen.append((name, task.name))
+
+        return receive
+
+    names = ("task_scheduled", "task_started", "task_succeeded", "task_cancelled")
+    receivers = {name: recorder(name) for name in names}
+    for name, receiver in receivers.items():
+        getattr(signals, name).connect(receiver)
+    try:
+        schedule(add, args=[1, 1])
+        gone = schedule(add, args=[2, 2], delay=60)
+        cancel(gone)
+        drain()
+    finally:
+        for name, receiver in receivers.items():
+            getattr(signals, name).disconnect(receiver)
+    name = add.name
+    assert seen == [
+        ("task_scheduled", name),
+        ("task_scheduled", name),
+        ("task_cancelled", name),
+        ("task_started", name),
+        ("task_succeeded", name),
+    ]
+
+
+def test_a_broken_signal_receiver_does_not_stop_the_worker(redis_client):
+    def broken(sender, **kwargs):
+        raise ValueError("receiver bug")
+
+    signals.task_started.connect(broken)
+    try:
+        task = schedule(add, args=[1, 1])
+        drain()
+    finally:
+        signals.task_started.disconnect(broken)
+    assert refresh(task).status == Status.SUCCEEDED
+
+
+def test_execute_ignores_finished_and_missing_rows(redis_client):
+    task = schedule(add, args=[1, 1])
+    DelayedTask.objects.filter(pk=task.pk).update(status=Status.SUCCEEDED)
+    assert execute(task.pk, reclaimed=False).disposition.value == "done"
+    assert execute(uuid.uuid4(), reclaimed=False).disposition.value == "dead"
+
+
+def test_worker_recreates_its_group_after_redis_lost_data(redis_client):
+    schedule(add, args=[1, 1])
+    drain()
+    redis_client.flushall()
+    task = schedule(add, args=[2, 2])
+    drain()
+    assert refresh(task).status == Status.SUCCEEDED
