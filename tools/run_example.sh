@@ -9,6 +9,8 @@ cd "$(dirname "$(realpath "$0")")/.."
 
 : "${DELAYQ_REDIS_URL:?run through: python -m tools.servers run --redis -- $0}"
 port=${EXAMPLE_PORT:-8000}
+# Unpaid orders are cancelled after a minute, so the demo shows it happen.
+export SHOP_ORDER_CANCEL_DELAY=${SHOP_ORDER_CANCEL_DELAY:-60}
 
 python example_project/manage.py migrate --noinput
 printf '\n  Open http://127.0.0.1:%s/   (Ctrl-C stops everything)\n\n' "$port"

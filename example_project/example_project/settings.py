@@ -54,9 +54,10 @@ DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("SHOP_DB", BASE_DIR / "db.sqlite3"),
-        # Web server, dispatcher and worker share the file: wait for locks
-        # instead of failing with "database is locked".
-        "OPTIONS": {"timeout": 20},
+        # Web server and worker share the file: wait for locks instead of
+        # failing with "database is locked", and let readers run alongside
+        # a writer (WAL).
+        "OPTIONS": {"timeout": 20, "init_command": "PRAGMA journal_mode=WAL"},
     }
 }
 

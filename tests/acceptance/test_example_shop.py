@@ -50,13 +50,20 @@ class Browser:
 
 
 @pytest.fixture
-def shop(redis_server: RedisServer, tmp_path: Path) -> Iterator[tuple[Browser, Path]]:
+def cancel_delay() -> str:
+    return "600"
+
+
+@pytest.fixture
+def shop(
+    redis_server: RedisServer, tmp_path: Path, cancel_delay: str
+) -> Iterator[tuple[Browser, Path]]:
     db = tmp_path / "shop.sqlite3"
     env = {
         **os.environ,
         "DELAYQ_REDIS_URL": redis_server.url,
         "SHOP_DB": str(db),
-        "SHOP_ORDER_CANCEL_DELAY": "600",
+        "SHOP_ORDER_CANCEL_DELAY": cancel_delay,
         "DJANGO_SETTINGS_MODULE": "example_project.settings",
     }
     subprocess.run(
@@ -72,6 +79,13 @@ def shop(redis_server: RedisServer, tmp_path: Path) -> Iterator[tuple[Browser, P
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+    # The dispatcher and worker the README's `make example` runs too.
+    runner = subprocess.Popen(
+        [sys.executable, str(MANAGE), "delayq_run"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     browser = Browser(f"http://127.0.0.1:{port}")
     try:
         deadline = time.monotonic() + 30
@@ -85,8 +99,10 @@ def shop(redis_server: RedisServer, tmp_path: Path) -> Iterator[tuple[Browser, P
                 time.sleep(0.1)
         yield browser, db
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        for process in (server, runner):
+            process.terminate()
+        for process in (server, runner):
+            process.wait(timeout=30)
 
 
 def task_row(db: Path, key: str) -> tuple[uuid.UUID, str, str, int]:
@@ -125,3 +141,21 @@ def test_an_unpaid_order_schedules_its_cancel_and_paying_cancels_it(
     assert '<span class="task-status">cancelled</span>' in page
     assert task_row(db, f"order-cancel:{order_id[1]}")[1] == "cancelled"
     assert redis_client.zscore(due, task_id.bytes) is None
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cancel_delay", ["1"])
+def test_an_order_left_unpaid_is_cancelled_when_its_task_runs(
+    shop: tuple[Browser, Path], cancel_delay: str
+) -> None:
+    browser, db = shop
+    page = browser.submit(browser.get("/"), "/orders/", item="Green scarf")
+    order_id = re.search(r'id="order-(\d+)"', page)
+    assert order_id
+    deadline = time.monotonic() + 60
+    while '<td class="status cancelled">cancelled</td>' not in page:
+        assert time.monotonic() < deadline, "the order was never cancelled"
+        time.sleep(0.2)
+        page = browser.get("/")
+    assert '<span class="task-status">succeeded</span>' in page
+    assert task_row(db, f"order-cancel:{order_id[1]}")[1] == "succeeded"
