@@ -93,13 +93,16 @@ def move_rate(n: int, repeats: int) -> tuple[float, float]:
         client.flushall()
         pipe = client.pipeline(transaction=False)
         for start in range(0, n, 1000):
-            pipe.zadd(due, {uuid.uuid4().bytes: 1000 + i for i in range(start, start + 1000)})
+            pipe.zadd(
+                due, {uuid.uuid4().bytes: 1000 + i for i in range(start, start + 1000)}
+            )
         pipe.execute()
 
     # The baseline: the same move, without leases or a fence, in a bare loop.
     baseline_lua = client.register_script(
         """
-        local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 1000)
+        local ids = redis.call(
+          'ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 1000)
         for i = 1, #ids do redis.call('XADD', KEYS[2], '*', 'id', ids[i]) end
         if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end
         return #ids
@@ -133,12 +136,13 @@ def idle_commands(seconds: float) -> dict[str, float]:
 
     client = redis.Redis.from_url(os.environ["DELAYQ_REDIS_URL"])
     client.flushall()
-    results = {}
+    results: dict[str, float] = {}
     for label in ("dispatcher", "worker"):
         loop = Dispatcher() if label == "dispatcher" else Worker()
         thread = threading.Thread(target=loop.run, daemon=True)
         thread.start()
         time.sleep(3)  # past start-up (leases, groups)
+        client.config_resetstat()
         before = int(client.info("stats")["total_commands_processed"])
         time.sleep(seconds)
         after = int(client.info("stats")["total_commands_processed"])
@@ -146,6 +150,12 @@ def idle_commands(seconds: float) -> dict[str, float]:
         thread.join(timeout=30)
         # One INFO of ours is counted in the delta.
         results[label] = (after - before - 1) / seconds
+        stats = client.info("commandstats")
+        results[label + " round trips"] = sum(
+            stats.get(f"cmdstat_{name}", {}).get("calls", 0)
+            for name in ("evalsha", "blpop", "xreadgroup", "xautoclaim", "exists")
+        )
+        client.config_resetstat()
     return results
 
 
@@ -160,20 +170,28 @@ def main() -> int:
     setup()
     import redis
 
-    version = redis.Redis.from_url(os.environ["DELAYQ_REDIS_URL"]).info()["redis_version"]
+    version = redis.Redis.from_url(os.environ["DELAYQ_REDIS_URL"]).info()[
+        "redis_version"
+    ]
     print(f"Redis {version}, Python {sys.version.split()[0]}\n")
 
     late = lateness(args.tasks, args.window)
     rate = args.tasks / args.window
-    print(f"| fire lateness, {args.tasks:,} due over {args.window:.0f} s ({rate:,.0f}/s) "
-          "| p50 ms | p99 ms | max ms |")
+    print(
+        f"| fire lateness, {args.tasks:,} due over {args.window:.0f} s ({rate:,.0f}/s) "
+        "| p50 ms | p99 ms | max ms |"
+    )
     print("|---|---:|---:|---:|")
-    print(f"| dispatcher (Redis clock: move time - due time) "
-          f"| {late['p50']:.0f} | {late['p99']:.0f} | {late['max']:.0f} |")
+    print(
+        f"| dispatcher (Redis clock: move time - due time) "
+        f"| {late['p50']:.0f} | {late['p99']:.0f} | {late['max']:.0f} |"
+    )
 
     light = lateness(250, 10.0)
-    print(f"| light load, 250 due over 10 s (25/s) "
-          f"| {light['p50']:.0f} | {light['p99']:.0f} | {light['max']:.0f} |\n")
+    print(
+        f"| light load, 250 due over 10 s (25/s) "
+        f"| {light['p50']:.0f} | {light['p99']:.0f} | {light['max']:.0f} |\n"
+    )
 
     ours, base = move_rate(args.backlog, args.repeats)
     print(f"| move rate, {args.backlog:,} due ids, batches of 1,000 | ids/s |")
@@ -182,10 +200,14 @@ def main() -> int:
     print(f"| delayq_dispatch --once | {ours:,.0f} ({ours / base:.2f}x) |\n")
 
     idle = idle_commands(args.idle_seconds)
-    print(f"| idle, {args.idle_seconds:.0f} s, nothing due | Redis commands/s |")
-    print("|---|---:|")
-    for label, value in idle.items():
-        print(f"| one {label} (6 shards: default 1, orders 4, reports 1) | {value:.2f} |")
+    print(
+        f"| idle for {args.idle_seconds:.0f} s, one queue of one shard "
+        "| commands/s (incl. inside scripts) | round trips/s |"
+    )
+    print("|---|---:|---:|")
+    for label in ("dispatcher", "worker"):
+        trips = idle[label + " round trips"] / args.idle_seconds
+        print(f"| one {label} | {idle[label]:.2f} | {trips:.2f} |")
     return 0
 
 

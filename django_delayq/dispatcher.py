@@ -40,6 +40,8 @@ logger = logging.getLogger(__name__)
 class _Shard:
     keys: ShardKeys
     owned: bool = False
+    #: consecutive lease checks that found the shard without an owner
+    unowned_checks: int = 0
     #: monotonic time at which the shard's earliest task is due; None if the
     #: due-set is empty (or the shard is not owned).
     due_at: float | None = None
@@ -75,7 +77,7 @@ class Dispatcher:
         *,
         batch_size: int = 1000,
         lease_ttl: float = 30.0,
-        max_wait: float = 30.0,
+        max_wait: float = 60.0,
     ) -> None:
         settings = get_settings()
         names = list(settings.queues) if not queues else list(queues)
@@ -98,6 +100,8 @@ class Dispatcher:
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._leases_changed = threading.Event()
+        self._cycles = 0
+        self._alive = 1
         #: the wake lists the listener is blocked on right now
         self._listening: list[str] = []
         #: shards the listener saw woken, handed to the main loop under a lock
@@ -135,7 +139,7 @@ class Dispatcher:
                     now = time.monotonic()
                     if now >= next_leases:
                         self._keep_leases(client)
-                        next_leases = now + self.lease_ttl / 3
+                        next_leases = now + self.lease_ttl / 2
                     if now >= backstop or once:
                         # Look at every owned shard now and then, in case a
                         # wake-up was lost (e.g. Redis restarted meanwhile).
@@ -224,7 +228,7 @@ class Dispatcher:
             self._leases_changed.clear()
             by_key = {s.keys.wake: s for s in self.shards if s.owned}
             if not by_key:
-                self._leases_changed.wait(self.lease_ttl / 3)
+                self._leases_changed.wait(self.lease_ttl / 2)
                 continue
             self._listening = list(by_key)
             try:
@@ -250,12 +254,27 @@ class Dispatcher:
     # -- leases -----------------------------------------------------------------
 
     def _keep_leases(self, client: redis.Redis) -> None:
-        """Renew owned leases; take free shards up to a fair share; hand back extras."""
+        """Renew owned leases, take free shards up to a fair share, hand back extras.
+
+        Runs every half lease TTL, which leaves half a TTL of margin for a
+        slow renewal. A shard found without an owner on two checks in a row
+        is taken whatever the fair share says: the live count can lag behind
+        a dispatcher's death, and an unowned shard is never drained.
+        """
         ttl_ms = int(self.lease_ttl * 1000)
-        alive = int(
-            self._members(client, (dispatchers_key(self.prefix),), (self.token, ttl_ms))
-        )
-        fair = math.ceil(len(self.shards) / max(alive, 1))
+        self._cycles += 1
+        if self._cycles % 2 == 1:
+            # The membership heartbeat goes every other check (it lives for
+            # four): it only balances shards, so it may lag a little, and an
+            # idle dispatcher spends fewer Redis commands.
+            self._alive = int(
+                self._members(
+                    client,
+                    (dispatchers_key(self.prefix),),
+                    (self.token, 2 * ttl_ms, "1" if self._cycles % 10 == 1 else "0"),
+                )
+            )
+        fair = math.ceil(len(self.shards) / max(self._alive, 1))
         changed = False
         for shard in self.shards:
             renew = (shard.keys.lease,), (self.token, ttl_ms)
@@ -264,9 +283,15 @@ class Dispatcher:
                 changed = True
         owned = sum(s.owned for s in self.shards)
         for shard in self.shards:
-            if shard.owned or owned >= fair:
+            if shard.owned:
                 continue
+            if owned >= fair:
+                orphaned = not client.exists(shard.keys.lease)
+                shard.unowned_checks = shard.unowned_checks + 1 if orphaned else 0
+                if shard.unowned_checks < 2:
+                    continue
             if self._lease(client, (shard.keys.lease,), (self.token, ttl_ms)) == 1:
+                shard.unowned_checks = 0
                 shard.owned = True
                 shard.due_at = time.monotonic()  # drain it now
                 owned += 1
@@ -276,7 +301,7 @@ class Dispatcher:
         for shard in reversed(self.shards):
             if owned <= fair:
                 break
-            if shard.owned:
+            if shard.owned and owned > fair:
                 self._release(client, (shard.keys.lease,), (self.token,))
                 shard.owned = False
                 shard.due_at = None

@@ -32,7 +32,7 @@ _lock = threading.Lock()
 _state: tuple[Settings, dict[str, redis.Redis]] | None = None
 
 #: The longest a blocking read (BLPOP, XREADGROUP BLOCK) waits on the server.
-BLOCK_SECONDS = 10.0
+BLOCK_SECONDS = 30.0
 
 #: After Redis failed to answer, the schedule path skips it for this long and
 #: sends writes straight to the outbox, so a request that schedules several
