@@ -98,9 +98,36 @@ def execute(task_id: uuid.UUID, *, reclaimed: bool) -> Outcome:
     attempt = _claim(row)
     if attempt is None:
         return DONE  # another worker, a cancel or a reschedule won
+    _log(logging.DEBUG, "started", row)
     signals.send(signals.task_started, row)
     _run(row, registered, attempt)
     return DONE
+
+
+def _log(level: int, event: str, row: DelayedTask, **fields: object) -> None:
+    """One key=value line per task event, easy to grep and to parse."""
+    if not logger.isEnabledFor(level):
+        return
+    values = {
+        "id": row.pk,
+        "name": row.name,
+        "queue": row.queue,
+        "attempt": f"{row.attempts}/{row.max_attempts}",
+        **fields,
+    }
+    # A retry has already moved run_at to the next attempt.
+    if event != "retrying" and row.started_at is not None:
+        values["late_ms"] = int((row.started_at - row.run_at).total_seconds() * 1000)
+    if row.started_at is not None and row.finished_at is not None:
+        elapsed = (row.finished_at - row.started_at).total_seconds()
+        values["duration_ms"] = int(elapsed * 1000)
+    logger.log(
+        level,
+        "task %s %s",
+        event,
+        " ".join(f"{key}={value}" for key, value in values.items()),
+        extra={"delayq_event": event, "delayq_task_id": str(row.pk)},
+    )
 
 
 def _claim(row: DelayedTask) -> int | None:
@@ -138,6 +165,7 @@ def _run(row: DelayedTask, registered: registry.Task[Any, Any], attempt: int) ->
     except Exception as exc:
         _retry_or_fail(row, attempt, exc)
         return
+    _log(logging.INFO, "succeeded", row)
     signals.send(signals.task_succeeded, row, result=row.result)
 
 
@@ -161,7 +189,7 @@ def _retry_or_fail(row: DelayedTask, attempt: int, exc: Exception) -> None:
     trace = traceback.format_exc()
     if attempt >= row.max_attempts:
         if _fail(row, attempt, error, trace, expect=Status.RUNNING):
-            logger.error("task %s failed after %d attempts: %s", row.pk, attempt, error)
+            _log(logging.ERROR, "failed", row, error=repr(error))
         return
     run_at = ceil_ms(timezone.now() + backoff(attempt))
     db = _db()
@@ -180,13 +208,12 @@ def _retry_or_fail(row: DelayedTask, attempt: int, exc: Exception) -> None:
             # The retry goes through the same due-set as any delayed task.
             index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
     if updated:
-        logger.warning(
-            "task %s attempt %d/%d failed (%s); retrying at %s",
-            row.pk,
-            attempt,
-            row.max_attempts,
-            error,
-            run_at.isoformat(),
+        _log(
+            logging.WARNING,
+            "retrying",
+            row,
+            error=repr(error),
+            retry_at=run_at.isoformat(),
         )
         signals.send(signals.task_retried, row, error=error, run_at=run_at)
 

@@ -52,6 +52,16 @@ def test_a_due_task_runs_once_with_its_arguments(redis_client):
     assert due_members(redis_client) == {}
 
 
+def test_each_outcome_is_logged_as_one_key_value_line(redis_client, caplog):
+    task = schedule(add, args=[2, 3])
+    with caplog.at_level("INFO", logger="django_delayq"):
+        drain()
+    [line] = [r.getMessage() for r in caplog.records if "succeeded" in r.getMessage()]
+    assert line.startswith(f"task succeeded id={task.pk} name={add.name} ")
+    assert "queue=default attempt=1/3 late_ms=" in line
+    assert "duration_ms=" in line
+
+
 def test_a_database_task_takes_effect_exactly_once(redis_client):
     task = schedule(create_order, args=["paid"])
     drain()
