@@ -37,6 +37,9 @@ DEFAULTS: dict[str, Any] = {
     "RETRY_BACKOFF": 2.0,
     "RETRY_BACKOFF_MAX": 3600.0,
     "VISIBILITY_TIMEOUT": 300.0,
+    "RECONCILE_HORIZON": 600.0,
+    "RETAIN_SUCCEEDED": 7 * 86400.0,
+    "RETAIN_FAILED": 30 * 86400.0,
 }
 
 _QUEUE_KEYS = {"shards"}
@@ -76,6 +79,9 @@ class Settings:
     retry_backoff: float
     retry_backoff_max: float
     visibility_timeout: float
+    reconcile_horizon: float
+    retain_succeeded: float
+    retain_failed: float
 
     def queue(self, name: str) -> QueueSettings:
         """Return the settings of queue ``name`` or raise :class:`UnknownQueue`."""
@@ -260,6 +266,9 @@ def _number_problems(raw: Mapping[Any, Any]) -> list[Problem]:
         ("RETRY_BACKOFF", 0.0, 86400.0, False),
         ("RETRY_BACKOFF_MAX", 0.0, 30 * 86400.0, False),
         ("VISIBILITY_TIMEOUT", 1.0, 86400.0, False),
+        ("RECONCILE_HORIZON", 0.0, 30 * 86400.0, False),
+        ("RETAIN_SUCCEEDED", 0.0, 3650 * 86400.0, False),
+        ("RETAIN_FAILED", 0.0, 3650 * 86400.0, False),
     ):
         value = raw.get(key, DEFAULTS[key])
         valid_type = _is_int(value) if integer else _is_number(value)
@@ -309,6 +318,9 @@ def parse(raw: Any) -> Settings:
         retry_backoff=float(values["RETRY_BACKOFF"]),
         retry_backoff_max=float(values["RETRY_BACKOFF_MAX"]),
         visibility_timeout=float(values["VISIBILITY_TIMEOUT"]),
+        reconcile_horizon=float(values["RECONCILE_HORIZON"]),
+        retain_succeeded=float(values["RETAIN_SUCCEEDED"]),
+        retain_failed=float(values["RETAIN_FAILED"]),
     )
 
 

@@ -43,6 +43,11 @@ def shard_keys(prefix: str, queue: str, shard: int) -> ShardKeys:
     )
 
 
+def sweeper_lock_key(prefix: str) -> str:
+    """The lock one sweep pass holds, so concurrent sweepers take turns."""
+    return f"{prefix}:sweeper"
+
+
 def dispatchers_key(prefix: str) -> str:
     """The ZSET of live dispatchers (not per shard: read on its own)."""
     return f"{prefix}:dispatchers"

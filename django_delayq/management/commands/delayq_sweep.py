@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from django_delayq.management.lifecycle import configure_logging, stop_on_signals
+from django_delayq.sweeper import Sweeper
+
+
+class Command(BaseCommand):
+    help = (
+        "Keep Redis consistent with the task rows: replay the outbox, re-index "
+        "tasks Redis lost, drop stale entries, recover stuck work, prune old rows."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--interval",
+            type=float,
+            default=30.0,
+            help="Seconds between passes (default 30): the most a task can be "
+            "late after Redis lost it.",
+        )
+        parser.add_argument(
+            "--once", action="store_true", help="Run one pass, print it, exit."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        configure_logging(options["verbosity"])
+        sweeper = Sweeper(progress=lambda line: self.stderr.write(f"sweep: {line}"))
+        stop_on_signals(sweeper.stop, "delayq_sweep")
+        result = sweeper.run(interval=options["interval"], once=options["once"])
+        if options["once"] and options["verbosity"]:
+            self.stdout.write(f"delayq_sweep: {result}")

@@ -1,0 +1,67 @@
+"""Reading the index in bulk, for reconciliation: which ids are where."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import redis
+
+from .keys import decode_member, encode_member
+
+PAGE = 1000
+
+
+def due_scores(
+    client: redis.Redis, due: str, task_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, int | None]:
+    """Each id's score in the due-set (None if absent), one ZMSCORE per page."""
+    found: dict[uuid.UUID, int | None] = {}
+    for start in range(0, len(task_ids), PAGE):
+        page = task_ids[start : start + PAGE]
+        members: list[Any] = [encode_member(t) for t in page]
+        scores: Any = client.zmscore(due, members)
+        for task_id, score in zip(page, scores, strict=True):
+            found[task_id] = None if score is None else int(score)
+    return found
+
+
+def due_members(
+    client: redis.Redis, due: str, max_score: int
+) -> Iterator[list[tuple[uuid.UUID | None, bytes, int]]]:
+    """Pages of (task id or None if malformed, raw member, score) up to a score."""
+    offset = 0
+    while True:
+        page: Any = client.zrangebyscore(
+            due, "-inf", max_score, start=offset, num=PAGE, withscores=True
+        )
+        if not page:
+            return
+        yield [(_decode(member), member, int(score)) for member, score in page]
+        if len(page) < PAGE:
+            return
+        offset += PAGE
+
+
+def stream_task_ids(client: redis.Redis, stream: str) -> set[uuid.UUID]:
+    """Every task id named by an entry still in a ready stream."""
+    ids: set[uuid.UUID] = set()
+    start = "-"
+    while True:
+        entries: Any = client.xrange(stream, min=start, max="+", count=PAGE)
+        for _entry_id, fields in entries:
+            task_id = _decode(fields.get(b"id", b""))
+            if task_id is not None:
+                ids.add(task_id)
+        if len(entries) < PAGE:
+            return ids
+        last = entries[-1][0].decode()
+        start = "(" + last
+
+
+def _decode(member: bytes) -> uuid.UUID | None:
+    try:
+        return decode_member(member)
+    except ValueError:
+        return None

@@ -1,0 +1,272 @@
+"""The sweeper: keeps Redis in step with the rows, whatever happened.
+
+One pass, in order:
+
+1. replay the outbox (Redis writes that failed after a commit);
+2. reconcile a moving window: every ``scheduled`` row due before now +
+   ``RECONCILE_HORIZON`` (overdue ones included) that is in neither its
+   due-set nor its ready stream is indexed again: this repairs a process
+   killed between commit and the Redis write, and any Redis data loss;
+3. remove due-set members inside that window whose row is finished,
+   cancelled or gone, and correct members whose score disagrees with the row;
+4. recover stuck work: a ``running`` row that is in no ready stream (its
+   worker and its entry are gone) after ``VISIBILITY_TIMEOUT`` is scheduled
+   again, or failed when it has no attempts left;
+5. prune finished rows past their retention.
+
+Reads go rows first, then the due-set, then the stream: a task moving from
+due-set to stream meanwhile is seen in the due-set, never in neither. Every
+repair is idempotent and fenced on the row's state, and a pass holds a Redis
+lock, so several sweepers can run at once. The cost of a pass grows with the
+window and the backlog, not with the whole table.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
+import redis
+from django.db import router, transaction
+from django.utils import timezone
+
+from .conf import get_settings
+from .models import DelayedTask, OutboxEntry, Status
+from .store import index, inspect
+from .store.connection import get_client
+from .store.keys import shard_keys, sweeper_lock_key
+from .sync import entry_of, index_after_commit, replay_outbox
+from .timing import to_score
+
+logger = logging.getLogger(__name__)
+
+#: Rows per query or delete batch.
+BATCH = 1000
+
+
+@dataclass
+class SweepResult:
+    replayed: int = 0
+    reindexed: int = 0
+    removed: int = 0
+    corrected: int = 0
+    recovered: int = 0
+    failed: int = 0
+    pruned: int = 0
+    skipped: bool = False  # another sweeper held the lock
+
+    def __str__(self) -> str:
+        if self.skipped:
+            return "skipped: another sweeper is running a pass"
+        parts = [f"{f.name} {getattr(self, f.name)}" for f in fields(self)]
+        return ", ".join(p for p in parts if not p.startswith("skipped"))
+
+    @property
+    def repaired(self) -> int:
+        return self.reindexed + self.removed + self.corrected + self.recovered
+
+
+class Sweeper:
+    """Run sweep passes; see the module docstring for what one pass does.
+
+    :param progress: called with a line of text when a pass has a lot to do.
+    """
+
+    def __init__(self, *, progress: Callable[[str], None] | None = None) -> None:
+        self.settings = get_settings()
+        self.progress = progress or (lambda line: None)
+        self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self._stopping = threading.Event()
+
+    def run(self, *, interval: float = 30.0, once: bool = False) -> SweepResult:
+        """Sweep every ``interval`` seconds until :meth:`stop`; return the last pass."""
+        result = SweepResult()
+        while not self._stopping.is_set():
+            try:
+                result = self.sweep()
+                if result.repaired or result.replayed or result.failed:
+                    logger.warning("sweep: %s", result)
+                else:
+                    logger.info("sweep: %s", result)
+            except (redis.RedisError, OSError) as exc:
+                logger.warning("sweep: Redis unavailable (%s); trying again later", exc)
+            if once:
+                break
+            self._stopping.wait(interval)
+        return result
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def sweep(self, *, now: datetime.datetime | None = None) -> SweepResult:
+        """One pass, under the sweep lock."""
+        now = timezone.now() if now is None else now
+        client = get_client("loop")
+        lock = sweeper_lock_key(self.settings.key_prefix)
+        # The lock outlives a slow pass comfortably; a crashed holder's
+        # lock expires by itself.
+        if not client.set(lock, self.token, nx=True, px=300_000):
+            return SweepResult(skipped=True)
+        try:
+            result = SweepResult()
+            result.replayed = self._replay(now)
+            self._reconcile(client, now, result)
+            self._prune(now, result)
+            return result
+        finally:
+            if client.get(lock) == self.token.encode():
+                client.delete(lock)
+
+    # -- 1. outbox ------------------------------------------------------------
+
+    def _replay(self, now: datetime.datetime) -> int:
+        total = 0
+        while True:
+            outcome = replay_outbox(batch_size=BATCH, now=now)
+            total += outcome.replayed
+            if outcome.replayed < BATCH:
+                return total
+
+    # -- 2-4. reconcile ---------------------------------------------------------
+
+    def _reconcile(
+        self, client: redis.Redis, now: datetime.datetime, result: SweepResult
+    ) -> None:
+        horizon = now + datetime.timedelta(seconds=self.settings.reconcile_horizon)
+        stale_before = now - datetime.timedelta(
+            seconds=self.settings.visibility_timeout
+        )
+        # Rows first: anything indexed after this read is found below.
+        scheduled: dict[tuple[str, int], list[DelayedTask]] = defaultdict(list)
+        for row in (
+            DelayedTask.objects.filter(status=Status.SCHEDULED, run_at__lte=horizon)
+            .only("id", "queue", "shard", "run_at", "status")
+            .iterator(chunk_size=BATCH)
+        ):
+            scheduled[row.queue, row.shard].append(row)
+        running: dict[tuple[str, int], list[DelayedTask]] = defaultdict(list)
+        for row in (
+            DelayedTask.objects.filter(
+                status=Status.RUNNING, started_at__lt=stale_before
+            )
+            .only(
+                "id", "queue", "shard", "run_at", "status", "attempts", "max_attempts"
+            )
+            .iterator(chunk_size=BATCH)
+        ):
+            running[row.queue, row.shard].append(row)
+        todo = sum(map(len, scheduled.values()))
+        if todo > 10 * BATCH:
+            self.progress(f"reconciling {todo} scheduled rows due before {horizon}")
+        shards = set(scheduled) | set(running) | self._configured_shards()
+        for queue, shard in sorted(shards):
+            keys = shard_keys(self.settings.key_prefix, queue, shard)
+            rows = scheduled.get((queue, shard), [])
+            scores = inspect.due_scores(client, keys.due, [row.pk for row in rows])
+            in_stream = inspect.stream_task_ids(client, keys.ready)
+            lost = [
+                row
+                for row in rows
+                if scores[row.pk] is None and row.pk not in in_stream
+            ]
+            wrong = [
+                row
+                for row in rows
+                if scores[row.pk] is not None and scores[row.pk] != to_score(row.run_at)
+            ]
+            if lost or wrong:
+                index.add([entry_of(row) for row in lost + wrong], client)
+                result.reindexed += len(lost)
+                result.corrected += len(wrong)
+                for row in lost:
+                    logger.warning(
+                        "sweep: task %s was missing from Redis; indexed again", row.pk
+                    )
+            result.removed += self._remove_ghosts(
+                client, keys.due, queue, shard, horizon
+            )
+            for row in running.get((queue, shard), []):
+                if row.pk not in in_stream:
+                    self._recover(row, now, result)
+
+    def _configured_shards(self) -> set[tuple[str, int]]:
+        return {
+            (queue.name, number)
+            for queue in self.settings.queues.values()
+            for number in range(queue.shards)
+        }
+
+    def _remove_ghosts(
+        self,
+        client: redis.Redis,
+        due: str,
+        queue: str,
+        shard: int,
+        horizon: datetime.datetime,
+    ) -> int:
+        """Remove members in the window whose row is not scheduled (or is gone)."""
+        removed = 0
+        for page in inspect.due_members(client, due, to_score(horizon)):
+            ids = [task_id for task_id, _, _ in page if task_id is not None]
+            still = set(
+                DelayedTask.objects.filter(
+                    pk__in=ids, status=Status.SCHEDULED
+                ).values_list("pk", flat=True)
+            )
+            ghosts = [member for task_id, member, _ in page if task_id not in still]
+            if ghosts:
+                # A row scheduled again meanwhile is re-added by its own
+                # on-commit write, or by the next pass.
+                removed += int(client.zrem(due, *ghosts))
+        return removed
+
+    def _recover(
+        self, row: DelayedTask, now: datetime.datetime, result: SweepResult
+    ) -> None:
+        """A running row whose worker and stream entry are both gone."""
+        db = router.db_for_write(DelayedTask)
+        rows = DelayedTask.objects.filter(
+            pk=row.pk, status=Status.RUNNING, attempts=row.attempts
+        )
+        error = (
+            f"worker lost during attempt {row.attempts} of {row.max_attempts} "
+            f"(no stream entry left)"
+        )
+        with transaction.atomic(using=db):
+            if row.attempts >= row.max_attempts:
+                if rows.update(status=Status.FAILED, finished_at=now, last_error=error):
+                    result.failed += 1
+                    logger.warning("sweep: task %s failed: %s", row.pk, error)
+                return
+            if rows.update(status=Status.SCHEDULED, run_at=now, last_error=error):
+                row.status, row.run_at = Status.SCHEDULED, now
+                index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
+                result.recovered += 1
+                logger.warning("sweep: task %s: %s; scheduled again", row.pk, error)
+
+    # -- 5. prune ---------------------------------------------------------------
+
+    def _prune(self, now: datetime.datetime, result: SweepResult) -> None:
+        for statuses, seconds in (
+            ((Status.SUCCEEDED, Status.CANCELLED), self.settings.retain_succeeded),
+            ((Status.FAILED,), self.settings.retain_failed),
+        ):
+            cutoff = now - datetime.timedelta(seconds=seconds)
+            while True:
+                # Small batches keep each DELETE's locks short.
+                batch = list(
+                    DelayedTask.objects.filter(
+                        status__in=statuses, finished_at__lt=cutoff
+                    ).values_list("pk", flat=True)[:BATCH]
+                )
+                if not batch:
+                    break
+                DelayedTask.objects.filter(pk__in=batch).delete()
+                result.pruned += len(batch)

@@ -1,0 +1,172 @@
+"""The sweeper repairs whatever Redis lost or kept too long; the row decides."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from django_delayq import cancel, schedule
+from django_delayq.dispatcher import Dispatcher
+from django_delayq.execution import _claim
+from django_delayq.models import DelayedTask, OutboxEntry, Status
+from django_delayq.store import connection, streams
+from django_delayq.store.keys import shard_keys
+from django_delayq.sweeper import Sweeper
+from tests.helpers import due_members, expected_score
+from tests.testapp.tasks import add, order_cancel
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def sweep(**kwargs):
+    return Sweeper().sweep(**kwargs)
+
+
+def test_tasks_redis_lost_are_indexed_again(redis_client):
+    tasks = [schedule(order_cancel, args=[i], delay=60) for i in range(20)]
+    overdue = schedule(add, args=[1, 1])
+    redis_client.flushall()  # a restart without persistence
+    result = sweep()
+    assert result.reindexed == 21
+    expected = {t.pk: expected_score(t) for t in [*tasks, overdue]}
+    assert due_members(redis_client) == expected
+    assert sweep().reindexed == 0  # idempotent
+
+
+def test_a_task_already_in_its_ready_stream_is_not_added_again(redis_client):
+    task = schedule(add, args=[1, 1])
+    assert Dispatcher().run(once=True).moved == 1
+    result = sweep()
+    assert result.reindexed == 0
+    assert due_members(redis_client) == {}
+    assert redis_client.xlen(shard_keys("delayq", "default", 0).ready) == 1
+    del task
+
+
+def test_members_of_finished_cancelled_or_deleted_rows_are_removed(redis_client):
+    done = schedule(add, args=[1, 1], delay=5)
+    gone = schedule(add, args=[2, 2], delay=5)
+    kept = schedule(add, args=[3, 3], delay=5)
+    DelayedTask.objects.filter(pk=done.pk).update(status=Status.SUCCEEDED)
+    DelayedTask.objects.filter(pk=gone.pk).delete()
+    redis_client.zadd(shard_keys("delayq", "default", 0).due, {b"garbage": 1})
+    result = sweep()
+    assert result.removed == 3
+    assert due_members(redis_client) == {kept.pk: expected_score(kept)}
+
+
+def test_a_member_with_a_stale_score_is_corrected(redis_client):
+    task = schedule(add, args=[1, 1], delay=30)
+    redis_client.zadd(shard_keys("delayq", "default", 0).due, {task.pk.bytes: 5})
+    assert sweep().corrected == 1
+    assert due_members(redis_client) == {task.pk: expected_score(task)}
+
+
+def test_the_window_bounds_the_work(redis_client):
+    soon = schedule(add, args=[1, 1], delay=60)
+    far = schedule(add, args=[2, 2], delay=3 * 3600)
+    redis_client.flushall()
+    assert sweep().reindexed == 1  # only what is due within the horizon
+    assert set(due_members(redis_client)) == {soon.pk}
+    # Once it comes within the horizon, the later one is repaired too, well
+    # before it is due.
+    five_minutes_before = far.run_at - datetime.timedelta(minutes=5)
+    assert sweep(now=five_minutes_before).reindexed == 1
+    assert set(due_members(redis_client)) == {soon.pk, far.pk}
+
+
+def test_a_stuck_running_task_is_scheduled_again(redis_client):
+    task = schedule(add, args=[1, 1])
+    redis_client.flushall()  # its entry is gone with its worker
+    row = DelayedTask.objects.get(pk=task.pk)
+    assert _claim(row) == 1
+    assert sweep().recovered == 0  # not stale yet
+    later = timezone.now() + datetime.timedelta(seconds=301)
+    assert sweep(now=later).recovered == 1
+    row = DelayedTask.objects.get(pk=task.pk)
+    assert (row.status, row.attempts) == (Status.SCHEDULED, 1)
+    assert "worker lost" in row.last_error
+    assert set(due_members(redis_client)) == {task.pk}
+
+
+def test_a_stuck_task_out_of_attempts_is_failed(redis_client):
+    task = schedule(add, args=[1, 1], max_attempts=1)
+    redis_client.flushall()
+    assert _claim(DelayedTask.objects.get(pk=task.pk)) == 1
+    result = sweep(now=timezone.now() + datetime.timedelta(seconds=301))
+    assert result.failed == 1
+    row = DelayedTask.objects.get(pk=task.pk)
+    assert row.status == Status.FAILED
+    assert "worker lost during attempt 1 of 1" in row.last_error
+
+
+def test_a_running_task_whose_entry_is_pending_is_left_to_the_workers(
+    redis_client,
+):
+    task = schedule(add, args=[1, 1])
+    Dispatcher().run(once=True)
+    ready = shard_keys("delayq", "default", 0).ready
+    streams.ensure_groups(redis_client, [ready])
+    streams.read(redis_client, "w-1", [ready], count=1, block_ms=None)
+    assert _claim(DelayedTask.objects.get(pk=task.pk)) == 1
+    result = sweep(now=timezone.now() + datetime.timedelta(seconds=301))
+    assert result.recovered == 0
+    assert DelayedTask.objects.get(pk=task.pk).status == Status.RUNNING
+
+
+def test_the_outbox_is_replayed(private_redis):
+    private_redis.stop()
+    task = schedule(add, args=[1, 1], delay=30)
+    assert OutboxEntry.objects.count() == 1
+    private_redis.start()
+    connection.reset()
+    assert sweep().replayed == 1
+    assert not OutboxEntry.objects.exists()
+    assert due_members(connection.get_client()) == {task.pk: expected_score(task)}
+
+
+def test_finished_rows_are_pruned_after_their_retention(redis_client, settings):
+    settings.DELAYQ = {
+        **settings.DELAYQ,
+        "RETAIN_SUCCEEDED": 3600,
+        "RETAIN_FAILED": 86400,
+    }
+    old = timezone.now() - datetime.timedelta(hours=2)
+    ok = schedule(add, args=[1, 1])
+    failed = schedule(add, args=[2, 2])
+    gone = schedule(add, args=[3, 3], delay=60)
+    cancel(gone)
+    recent = schedule(add, args=[4, 4])
+    DelayedTask.objects.filter(pk=ok.pk).update(
+        status=Status.SUCCEEDED, finished_at=old
+    )
+    DelayedTask.objects.filter(pk=failed.pk).update(
+        status=Status.FAILED, finished_at=old
+    )
+    DelayedTask.objects.filter(pk=gone.pk).update(finished_at=old)
+    DelayedTask.objects.filter(pk=recent.pk).update(
+        status=Status.SUCCEEDED, finished_at=timezone.now()
+    )
+    assert sweep().pruned == 2
+    assert set(DelayedTask.objects.values_list("pk", flat=True)) == {
+        failed.pk,
+        recent.pk,
+    }
+
+
+def test_concurrent_sweepers_take_turns(redis_client):
+    redis_client.set("delayq:sweeper", "another-sweeper", px=60_000)
+    assert sweep().skipped
+    redis_client.delete("delayq:sweeper")
+    assert not sweep().skipped
+
+
+def test_the_command_prints_a_summary(redis_client, capsys):
+    schedule(add, args=[1, 1], delay=60)
+    redis_client.flushall()
+    call_command("delayq_sweep", "--once")
+    out = capsys.readouterr().out
+    assert out.startswith("delayq_sweep: replayed 0, reindexed 1, removed 0")
