@@ -90,6 +90,7 @@ class Dispatcher:
         self.lease_ttl = lease_ttl
         self.max_wait = max_wait
         self.prefix = settings.key_prefix
+        self._members_key = dispatchers_key(self.prefix, [q.name for q in self.queues])
         self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.shards = [
             _Shard(shard_keys(self.prefix, queue.name, number))
@@ -270,7 +271,7 @@ class Dispatcher:
             self._alive = int(
                 self._members(
                     client,
-                    (dispatchers_key(self.prefix),),
+                    (self._members_key,),
                     (self.token, 2 * ttl_ms, "1" if self._cycles % 10 == 1 else "0"),
                 )
             )
@@ -282,6 +283,7 @@ class Dispatcher:
                 self._lost(shard)
                 changed = True
         owned = sum(s.owned for s in self.shards)
+        taken_now = set()
         for shard in self.shards:
             if shard.owned:
                 continue
@@ -293,6 +295,7 @@ class Dispatcher:
             if self._lease(client, (shard.keys.lease,), (self.token, ttl_ms)) == 1:
                 shard.unowned_checks = 0
                 shard.owned = True
+                taken_now.add(shard.label)
                 shard.due_at = time.monotonic()  # drain it now
                 owned += 1
                 changed = True
@@ -301,7 +304,7 @@ class Dispatcher:
         for shard in reversed(self.shards):
             if owned <= fair:
                 break
-            if shard.owned and owned > fair:
+            if shard.owned and owned > fair and shard.label not in taken_now:
                 self._release(client, (shard.keys.lease,), (self.token,))
                 shard.owned = False
                 shard.due_at = None
@@ -338,6 +341,6 @@ class Dispatcher:
                 if shard.owned:
                     self._release(client, (shard.keys.lease,), (self.token,))
                     shard.owned = False
-            client.zrem(dispatchers_key(self.prefix), self.token)
+            client.zrem(self._members_key, self.token)
         except redis.RedisError as exc:
             logger.warning("dispatcher: could not hand back leases: %s", exc)

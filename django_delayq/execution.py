@@ -21,6 +21,7 @@ import datetime
 import enum
 import logging
 import random
+import time
 import traceback
 import uuid
 from dataclasses import dataclass
@@ -54,6 +55,10 @@ class Outcome:
 
 
 DONE = Outcome(Disposition.DONE)
+
+#: An entry this close to its task's run_at (by this worker's clock) is held
+#: until then instead of being put back in the due-set.
+EARLY_WAIT_SECONDS = 1.0
 
 
 class _Fenced(Exception):
@@ -89,12 +94,18 @@ def execute(task_id: uuid.UUID, *, reclaimed: bool) -> Outcome:
                 expect=Status.RUNNING,
             )
             return DONE
-    elif row.run_at > timezone.now():
-        # Dispatched early (reschedule raced the dispatcher, or clocks
-        # disagree): put it back in the due-set at the row's time.
-        logger.debug("task %s is not due until %s; re-delayed", row.pk, row.run_at)
-        index_after_commit([row], OutboxEntry.Action.RESCHEDULE, _db())
-        return DONE
+    else:
+        early = (row.run_at - timezone.now()).total_seconds()
+        if 0 < early <= EARLY_WAIT_SECONDS:
+            # Due by Redis' clock but not quite by ours (clocks differ by a
+            # few ms): wait rather than bounce it through the due-set.
+            time.sleep(early)
+        elif early > 0:
+            # Dispatched well before its time (a reschedule raced the
+            # dispatcher): put it back in the due-set at the row's time.
+            logger.debug("task %s is not due until %s; re-delayed", row.pk, row.run_at)
+            index_after_commit([row], OutboxEntry.Action.RESCHEDULE, _db())
+            return DONE
     attempt = _claim(row)
     if attempt is None:
         return DONE  # another worker, a cancel or a reschedule won
@@ -162,7 +173,9 @@ def _run(row: DelayedTask, registered: registry.Task[Any, Any], attempt: int) ->
             attempt,
         )
         return
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:
+        # Task code calling sys.exit() (or raising KeyboardInterrupt) fails
+        # its attempt like any error; it must not end the worker's thread.
         _retry_or_fail(row, attempt, exc)
         return
     _log(logging.INFO, "succeeded", row)
@@ -178,18 +191,23 @@ def _succeed(row: DelayedTask, attempt: int, result: Any) -> None:
     now = timezone.now()
     updated = DelayedTask.objects.filter(
         pk=row.pk, status=Status.RUNNING, attempts=attempt
-    ).update(status=Status.SUCCEEDED, finished_at=now, result=stored, last_error="")
+    ).update(
+        status=Status.SUCCEEDED,
+        finished_at=now,
+        result=stored,
+        last_error="",
+        last_traceback="",
+    )
     if not updated:
         raise _Fenced
     row.status, row.finished_at, row.result = Status.SUCCEEDED, now, stored
 
 
-def _retry_or_fail(row: DelayedTask, attempt: int, exc: Exception) -> None:
+def _retry_or_fail(row: DelayedTask, attempt: int, exc: BaseException) -> None:
     error = f"{type(exc).__name__}: {exc}"
     trace = traceback.format_exc()
     if attempt >= row.max_attempts:
-        if _fail(row, attempt, error, trace, expect=Status.RUNNING):
-            _log(logging.ERROR, "failed", row, error=repr(error))
+        _fail(row, attempt, error, trace, expect=Status.RUNNING)
         return
     run_at = ceil_ms(timezone.now() + backoff(attempt))
     db = _db()
@@ -230,6 +248,7 @@ def _fail(
     if updated:
         row.status, row.finished_at = Status.FAILED, now
         row.last_error, row.last_traceback = error, trace
+        _log(logging.ERROR, "failed", row, error=repr(error))
         signals.send(signals.task_failed, row, error=error)
     return bool(updated)
 

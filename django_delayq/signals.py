@@ -34,7 +34,9 @@ task_failed = Signal()
 
 def send_on_commit(signal: Signal, tasks: Sequence[Any], using: str) -> None:
     """Send ``signal`` for each task once the current transaction commits."""
-    if not signal.has_listeners():
+    from .models import DelayedTask
+
+    if not signal.has_listeners(DelayedTask):
         return
 
     def send_all() -> None:
@@ -45,9 +47,10 @@ def send_on_commit(signal: Signal, tasks: Sequence[Any], using: str) -> None:
 
 
 def send(signal: Signal, task: Any, **extra: Any) -> None:
-    if not signal.has_listeners():
-        return
     from .models import DelayedTask
+
+    if not signal.has_listeners(DelayedTask):
+        return
 
     for receiver, response in signal.send_robust(DelayedTask, task=task, **extra):
         if isinstance(response, Exception):

@@ -11,6 +11,7 @@ tasks that are still running from looking idle.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import socket
@@ -68,6 +69,11 @@ class Worker:
         if not 1 <= concurrency <= 256:
             raise ValueError(f"concurrency must be from 1 to 256; got {concurrency}.")
         self.concurrency = concurrency
+        if visibility_timeout is not None and not visibility_timeout > 0:
+            raise ValueError(
+                f"visibility_timeout must be a positive number of seconds; "
+                f"got {visibility_timeout}."
+            )
         self.visibility_timeout = (
             settings.visibility_timeout
             if visibility_timeout is None
@@ -89,6 +95,8 @@ class Worker:
         self._in_flight_lock = threading.Lock()
         self._next_reclaim = 0.0
         self._reclaim_lock = threading.Lock()
+        self._backlog: collections.deque[streams.Entry] = collections.deque()
+        self._backlog_lock = threading.Lock()
 
     # -- public ---------------------------------------------------------------
 
@@ -96,7 +104,8 @@ class Worker:
         """Work until :meth:`stop` (or, with ``once``, until nothing is ready)."""
         registry.autodiscover()
         client = get_client("loop")
-        streams.ensure_groups(client, self.streams)
+        if not self._start(client, once):
+            return self.stats
         logger.info(
             "worker %s: %d thread(s) on %s",
             self.name,
@@ -119,7 +128,51 @@ class Worker:
         while alive := [t for t in threads if t.is_alive()]:
             alive[0].join(timeout=beat)
             self._heartbeat(client)
+        self._requeue_backlog(client)
+        self._leave_group(client, [f"{self.name}-{n}" for n in range(self.concurrency)])
         return self.stats
+
+    def _start(self, client: redis.Redis, once: bool) -> bool:
+        """Create the consumer groups, waiting for Redis if it is not up yet."""
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                streams.ensure_groups(client, self.streams)
+                return True
+            except redis.RedisError as exc:
+                if once:
+                    raise
+                failures += 1
+                pause = min(0.5 * 2**failures, 10.0)
+                logger.warning(
+                    "worker %s: Redis unavailable (%s); retrying in %.0f s",
+                    self.name,
+                    exc,
+                    pause,
+                )
+                self._stopping.wait(pause)
+        return False
+
+    def _requeue_backlog(self, client: redis.Redis) -> None:
+        """Give entries read but not started back to the other workers now."""
+        with self._backlog_lock:
+            left, self._backlog = self._backlog, collections.deque()
+        if not left:
+            return
+        try:
+            streams.requeue(client, list(left))
+        except redis.RedisError as exc:
+            # They stay pending and are reclaimed after the visibility timeout.
+            logger.warning(
+                "worker %s: could not requeue %d: %s", self.name, len(left), exc
+            )
+
+    def _leave_group(self, client: redis.Redis, consumers: list[str]) -> None:
+        """Remove this worker's consumers that hold no pending entries."""
+        try:
+            streams.remove_idle_consumers(client, self.streams, consumers)
+        except redis.RedisError as exc:
+            logger.debug("worker %s: could not leave the groups: %s", self.name, exc)
 
     def stop(self) -> None:
         """Finish the tasks in flight, read nothing new, return from run()."""
@@ -133,21 +186,12 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 try:
-                    entries = self._reclaim(client, consumer)
-                    if not entries:
-                        entries = streams.read(
-                            client,
-                            consumer,
-                            self.streams,
-                            count=1,
-                            block_ms=None if once else READ_BLOCK_MS,
-                        )
-                    if not entries:
+                    entry = self._next(client, consumer, once)
+                    if entry is None:
                         if once:
                             return
                         continue
-                    for entry in entries:
-                        self._handle(client, consumer, entry)
+                    self._handle(client, consumer, entry)
                     failures = 0
                 except (redis.RedisError, DatabaseError) as exc:
                     failures += 1
@@ -164,6 +208,37 @@ class Worker:
         finally:
             connections.close_all()
 
+    def _next(
+        self, client: redis.Redis, consumer: str, once: bool
+    ) -> streams.Entry | None:
+        """The next entry to run: from this process's backlog, or read anew.
+
+        One read returns up to one entry per stream. The first is run by the
+        thread that read it; the others wait in a backlog any idle thread
+        takes from, and count as in flight (heartbeated) from the moment
+        they are read.
+        """
+        with self._backlog_lock:
+            if self._backlog:
+                return self._backlog.popleft()
+        entries = self._reclaim(client, consumer)
+        if not entries:
+            entries = streams.read(
+                client,
+                consumer,
+                self.streams,
+                count=1,
+                block_ms=None if once else READ_BLOCK_MS,
+            )
+        if not entries:
+            return None
+        with self._in_flight_lock:
+            for entry in entries:
+                self._in_flight[entry.stream][entry.entry_id] = consumer
+        with self._backlog_lock:
+            self._backlog.extend(entries[1:])
+        return entries[0]
+
     def _handle(self, client: redis.Redis, consumer: str, entry: streams.Entry) -> None:
         task_id = entry.task_id
         if task_id is None:
@@ -177,9 +252,8 @@ class Worker:
                 client, self.dead[entry.stream], entry, "not a task id entry"
             )
             self._count("dead_lettered")
+            self._done(entry)
             return
-        with self._in_flight_lock:
-            self._in_flight[entry.stream][entry.entry_id] = consumer
         try:
             # As Django does around a request: drop connections that broke or
             # outlived CONN_MAX_AGE before and after each task.
@@ -203,8 +277,11 @@ class Worker:
         finally:
             # A database error leaves the entry pending: once the database
             # is back, it is reclaimed and the row decides what happens.
-            with self._in_flight_lock:
-                self._in_flight[entry.stream].pop(entry.entry_id, None)
+            self._done(entry)
+
+    def _done(self, entry: streams.Entry) -> None:
+        with self._in_flight_lock:
+            self._in_flight[entry.stream].pop(entry.entry_id, None)
 
     def _reclaim(self, client: redis.Redis, consumer: str) -> list[streams.Entry]:
         """Now and then, take over entries whose worker stopped heartbeating."""

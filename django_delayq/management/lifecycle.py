@@ -1,20 +1,34 @@
-"""What the long-running commands share: logging set-up and signal handling."""
+"""What the long-running commands share: logging, signals, option errors."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from types import FrameType
+
+from django.core.management.base import CommandError
+
+from ..exceptions import DelayQueueException
 
 _LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
 
-def configure_logging(verbosity: int) -> None:
-    """Map ``-v`` to the package's log level; add a handler if the project has none."""
+@contextlib.contextmanager
+def command_context(
+    stop: Callable[[], None], what: str, verbosity: int
+) -> Iterator[None]:
+    """Set up logging and signal handling for one command run, then undo both.
+
+    Undoing matters when a command runs through ``call_command()`` inside
+    another program (a test suite): its handlers and log level come back.
+    """
     logger = logging.getLogger("django_delayq")
+    level, handlers = logger.level, list(logger.handlers)
     logger.setLevel(_LEVELS.get(verbosity, logging.INFO))
     if not logger.hasHandlers():
         handler = logging.StreamHandler(sys.stderr)
@@ -22,10 +36,38 @@ def configure_logging(verbosity: int) -> None:
             logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
         )
         logger.addHandler(handler)
+    previous = _install_signal_handlers(stop, what)
+    try:
+        yield
+    finally:
+        for signum, handler_before in previous.items():
+            signal.signal(signum, handler_before)
+        logger.setLevel(level)
+        logger.handlers[:] = handlers
 
 
-def stop_on_signals(stop: Callable[[], None], what: str) -> None:
-    """SIGTERM or SIGINT once: ``stop()`` gracefully; a second one: exit now."""
+@contextlib.contextmanager
+def option_errors() -> Iterator[None]:
+    """Report a bad option or setting as a command error, not a traceback."""
+    try:
+        yield
+    except (ValueError, DelayQueueException) as exc:
+        raise CommandError(str(exc)) from exc
+
+
+_Handler = Callable[[int, FrameType | None], object] | int | None
+
+
+def _install_signal_handlers(
+    stop: Callable[[], None], what: str
+) -> dict[signal.Signals, _Handler]:
+    """SIGTERM or SIGINT once: ``stop()`` gracefully; a second one: exit now.
+
+    Only the main thread may install handlers; elsewhere (a command run from
+    a thread) stopping is left to the caller.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return {}
     received: list[int] = []
 
     def handle(signum: int, frame: FrameType | None) -> None:
@@ -44,5 +86,8 @@ def stop_on_signals(stop: Callable[[], None], what: str) -> None:
             # stream entries stay pending, so another worker reclaims them.
             os._exit(128 + signum)
 
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
+    previous: dict[signal.Signals, _Handler] = {}
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        previous[signum] = signal.getsignal(signum)
+        signal.signal(signum, handle)
+    return previous

@@ -48,9 +48,14 @@ def sweeper_lock_key(prefix: str) -> str:
     return f"{prefix}:sweeper"
 
 
-def dispatchers_key(prefix: str) -> str:
-    """The ZSET of live dispatchers (not per shard: read on its own)."""
-    return f"{prefix}:dispatchers"
+def dispatchers_key(prefix: str, queues: list[str]) -> str:
+    """The ZSET of live dispatchers serving exactly these queues.
+
+    Dispatchers balance shards only with peers serving the same queues, so
+    dispatchers started with different ``--queue`` sets never hand each
+    other's shards back and forth.
+    """
+    return f"{prefix}:dispatchers:{','.join(sorted(queues))}"
 
 
 def encode_member(task_id: uuid.UUID) -> bytes:

@@ -116,6 +116,35 @@ def finish(client: redis.Redis, stream: str, entry_id: bytes) -> None:
     pipe.execute()
 
 
+def requeue(client: redis.Redis, entries: Sequence[Entry]) -> None:
+    """Put entries back as new ones (readable by any consumer), in one trip."""
+    pipe = client.pipeline(transaction=False)
+    for entry in entries:
+        fields: dict[Any, Any] = dict(entry.fields)
+        pipe.xadd(entry.stream, fields)
+        pipe.xack(entry.stream, GROUP, entry.entry_id)
+        pipe.xdel(entry.stream, entry.entry_id)
+    pipe.execute()
+
+
+def remove_idle_consumers(
+    client: redis.Redis, streams: Sequence[str], consumers: Sequence[str]
+) -> None:
+    """Delete the named consumers that have nothing pending.
+
+    A consumer with pending entries is kept: deleting it would drop them from
+    the group's pending list, and nobody could reclaim them.
+    """
+    names = set(consumers)
+    for stream in streams:
+        info: Any = client.xinfo_consumers(stream, GROUP)
+        for consumer in info:
+            name = consumer["name"]
+            name = name.decode() if isinstance(name, bytes) else name
+            if name in names and not consumer["pending"]:
+                client.xgroup_delconsumer(stream, GROUP, name)
+
+
 def dead_letter(client: redis.Redis, dead: str, entry: Entry, reason: str) -> None:
     """Keep an entry no worker can run, with the reason, then finish it."""
     fields: dict[Any, Any] = {

@@ -59,3 +59,36 @@ def record(key: str, seconds: float = 0.0) -> str:
     time.sleep(seconds)
     Ledger.objects.create(key=key, pid=os.getpid(), at=at)
     return key
+
+
+_calls: dict[str, int] = {}
+
+
+@task(max_attempts=3)
+def fails_once(key: str) -> str:
+    """Raises on its first call for ``key`` (in this process), then succeeds."""
+    _calls[key] = _calls.get(key, 0) + 1
+    if _calls[key] == 1:
+        raise ValueError("first try fails")
+    return key
+
+
+@task(max_attempts=2)
+def exits() -> None:
+    import sys
+
+    sys.exit(3)
+
+
+@task(queue="orders", max_attempts=3)
+def poison(key: str) -> None:
+    """Always raises (fault tests): it writes its ledger row first, which the
+    failed attempt must roll back, so a poison task never leaves an effect."""
+    import os
+
+    from django.utils import timezone
+
+    from tests.testapp.models import Ledger
+
+    Ledger.objects.create(key=key, pid=os.getpid(), at=timezone.now())
+    raise RuntimeError(f"poison {key} always fails")

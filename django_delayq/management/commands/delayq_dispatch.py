@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from django_delayq.dispatcher import Dispatcher
-from django_delayq.management.lifecycle import configure_logging, stop_on_signals
+from django_delayq.management.lifecycle import command_context, option_errors
 
 
 class Command(BaseCommand):
@@ -42,13 +42,13 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        configure_logging(options["verbosity"])
-        dispatcher = Dispatcher(
-            options["queues"],
-            batch_size=options["batch_size"],
-            lease_ttl=options["lease_ttl"],
-        )
-        stop_on_signals(dispatcher.stop, "delayq_dispatch")
-        stats = dispatcher.run(once=options["once"])
+        with option_errors():
+            dispatcher = Dispatcher(
+                options["queues"],
+                batch_size=options["batch_size"],
+                lease_ttl=options["lease_ttl"],
+            )
+        with command_context(dispatcher.stop, "delayq_dispatch", options["verbosity"]):
+            stats = dispatcher.run(once=options["once"])
         if options["verbosity"]:
             self.stdout.write(f"delayq_dispatch: moved {stats.moved} task(s)")

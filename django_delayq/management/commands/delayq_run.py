@@ -6,14 +6,15 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from django_delayq.dispatcher import Dispatcher
-from django_delayq.management.lifecycle import configure_logging, stop_on_signals
+from django_delayq.management.lifecycle import command_context, option_errors
+from django_delayq.sweeper import Sweeper
 from django_delayq.worker import Worker
 
 
 class Command(BaseCommand):
     help = (
-        "For development: a dispatcher and a worker in one process. In "
-        "production run delayq_dispatch and delayq_worker separately."
+        "For development: a dispatcher, a worker and a sweeper in one process. "
+        "In production run delayq_dispatch, delayq_worker and delayq_sweep."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -32,19 +33,26 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        configure_logging(options["verbosity"])
-        dispatcher = Dispatcher(options["queues"])
-        worker = Worker(options["queues"], concurrency=options["concurrency"])
+        with option_errors():
+            dispatcher = Dispatcher(options["queues"])
+            worker = Worker(options["queues"], concurrency=options["concurrency"])
+            sweeper = Sweeper()
 
         def stop() -> None:
             dispatcher.stop()
             worker.stop()
+            sweeper.stop()
 
-        stop_on_signals(stop, "delayq_run")
-        thread = threading.Thread(target=dispatcher.run, name="delayq-dispatcher")
-        thread.start()
-        try:
-            worker.run()
-        finally:
-            dispatcher.stop()
-            thread.join()
+        with command_context(stop, "delayq_run", options["verbosity"]):
+            threads = [
+                threading.Thread(target=dispatcher.run, name="delayq-dispatcher"),
+                threading.Thread(target=sweeper.run, name="delayq-sweeper"),
+            ]
+            for thread in threads:
+                thread.start()
+            try:
+                worker.run()
+            finally:
+                stop()
+                for thread in threads:
+                    thread.join()

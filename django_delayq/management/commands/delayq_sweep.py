@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from django_delayq.management.lifecycle import configure_logging, stop_on_signals
+from django_delayq.management.lifecycle import command_context, option_errors
 from django_delayq.sweeper import Sweeper
 
 
@@ -27,9 +27,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        configure_logging(options["verbosity"])
-        sweeper = Sweeper(progress=lambda line: self.stderr.write(f"sweep: {line}"))
-        stop_on_signals(sweeper.stop, "delayq_sweep")
-        result = sweeper.run(interval=options["interval"], once=options["once"])
+        with option_errors():
+            if options["interval"] <= 0:
+                raise ValueError("--interval must be a positive number of seconds.")
+            sweeper = Sweeper(progress=lambda line: self.stderr.write(f"sweep: {line}"))
+        with command_context(sweeper.stop, "delayq_sweep", options["verbosity"]):
+            result = sweeper.run(interval=options["interval"], once=options["once"])
         if options["once"] and options["verbosity"]:
             self.stdout.write(f"delayq_sweep: {result}")

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from django_delayq.management.lifecycle import configure_logging, stop_on_signals
+from django_delayq.management.lifecycle import command_context, option_errors
 from django_delayq.worker import Worker
 
 
@@ -38,14 +38,14 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        configure_logging(options["verbosity"])
-        worker = Worker(
-            options["queues"],
-            concurrency=options["concurrency"],
-            visibility_timeout=options["visibility_timeout"],
-        )
-        stop_on_signals(worker.stop, "delayq_worker")
-        stats = worker.run(once=options["once"])
+        with option_errors():
+            worker = Worker(
+                options["queues"],
+                concurrency=options["concurrency"],
+                visibility_timeout=options["visibility_timeout"],
+            )
+        with command_context(worker.stop, "delayq_worker", options["verbosity"]):
+            stats = worker.run(once=options["once"])
         if options["verbosity"]:
             self.stdout.write(
                 f"delayq_worker: {stats.processed} processed, "

@@ -1,0 +1,122 @@
+"""Edge cases of the worker and the commands: odd task code, odd options."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from django_delayq import schedule
+from django_delayq.dispatcher import Dispatcher
+from django_delayq.models import DelayedTask, Status
+from django_delayq.signals import task_succeeded
+from django_delayq.store.keys import shard_keys
+from django_delayq.worker import Worker
+from tests.testapp.models import Ledger
+from tests.testapp.tasks import add, exits, fails_once, record
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def drain(rounds: int = 10) -> None:
+    for _ in range(rounds):
+        moved = Dispatcher().run(once=True).moved
+        if not moved and not Worker().run(once=True).processed:
+            return
+
+
+def row(task: DelayedTask) -> DelayedTask:
+    return DelayedTask.objects.get(pk=task.pk)
+
+
+def test_sys_exit_in_a_task_fails_the_attempt_not_the_worker(redis_client, settings):
+    settings.DELAYQ = {**settings.DELAYQ, "RETRY_BACKOFF": 0.0}
+    bad = schedule(exits)
+    good = schedule(add, args=[1, 2])
+    drain()
+    assert (row(bad).status, row(bad).attempts) == (Status.FAILED, 2)
+    assert row(bad).last_error == "SystemExit: 3"
+    assert row(good).status == Status.SUCCEEDED
+
+
+def test_a_success_clears_the_previous_attempts_error(redis_client, settings):
+    settings.DELAYQ = {**settings.DELAYQ, "RETRY_BACKOFF": 0.0}
+    task = schedule(fails_once, args=["clears"])
+    drain()
+    done = row(task)
+    assert (done.status, done.attempts, done.result) == (
+        Status.SUCCEEDED,
+        2,
+        "clears",
+    )
+    assert done.last_error == ""
+    assert done.last_traceback == ""
+
+
+def test_receivers_connected_for_the_delayedtask_sender_are_called(redis_client):
+    results = []
+
+    def receiver(sender, task, result, **kwargs):
+        results.append(result)
+
+    task_succeeded.connect(receiver, sender=DelayedTask)
+    try:
+        schedule(add, args=[20, 22])
+        drain()
+    finally:
+        task_succeeded.disconnect(receiver, sender=DelayedTask)
+    assert results == [42]
+
+
+def test_entries_of_every_shard_read_together_all_run(redis_client):
+    tasks = [schedule(record, args=[f"k{i}"]) for i in range(12)]
+    assert len({t.shard for t in tasks}) > 1
+    Dispatcher(queues=["orders"]).run(once=True)
+    Worker(queues=["orders"]).run(once=True)
+    assert {row(t).status for t in tasks} == {Status.SUCCEEDED}
+    assert Ledger.objects.count() == 12
+
+
+def test_a_task_due_in_a_moment_is_waited_for_not_bounced(redis_client):
+    task = schedule(record, args=["soon"], delay=0.3)
+    ready = shard_keys("delayq", "orders", task.shard)
+    redis_client.zrem(ready.due, task.pk.bytes)
+    redis_client.xadd(ready.ready, {"id": task.pk.bytes})
+    Worker(queues=["orders"]).run(once=True)
+    assert row(task).status == Status.SUCCEEDED
+    [entry] = Ledger.objects.all()
+    assert entry.at >= row(task).run_at
+
+
+def test_dispatchers_of_different_queue_sets_drain_every_shard(redis_client):
+    both = Dispatcher(queues=["default", "orders"], lease_ttl=1.0)
+    orders = Dispatcher(queues=["orders"], lease_ttl=1.0)
+    client = redis_client
+    for _ in range(4):  # a few lease checks each, interleaved
+        both._keep_leases(client)
+        orders._keep_leases(client)
+    owned = {s.label for d in (both, orders) for s in d.shards if s.owned}
+    assert owned == {"default:0"} | {f"orders:{n}" for n in range(4)}
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "message"),
+    [
+        ("delayq_worker", ["--concurrency", "0"], "concurrency must be"),
+        ("delayq_worker", ["--visibility-timeout", "-1"], "visibility_timeout"),
+        ("delayq_worker", ["--queue", "nope"], "queue='nope' is not configured"),
+        ("delayq_dispatch", ["--batch-size", "0"], "batch_size must be"),
+        ("delayq_sweep", ["--interval", "0"], "--interval must be"),
+    ],
+)
+def test_bad_options_are_command_errors(command, args, message):
+    with pytest.raises(CommandError, match=message):
+        call_command(command, *args)
+
+
+def test_call_command_leaves_the_callers_signal_handlers_alone(redis_client):
+    before = signal.getsignal(signal.SIGTERM)
+    call_command("delayq_dispatch", "--once", verbosity=0)
+    call_command("delayq_worker", "--once", verbosity=0)
+    assert signal.getsignal(signal.SIGTERM) is before
