@@ -367,7 +367,16 @@ def _db(using: str | None) -> str:
     Redis is written from ``on_commit``, which needs either autocommit or an
     ``atomic()`` block; checking first means nothing is written in vain.
     """
-    db = using or router.db_for_write(DelayedTask)
+    db = router.db_for_write(DelayedTask)
+    if using is not None and using != db:
+        # Workers and sweepers read rows from the router's write database;
+        # a row written elsewhere would never run.
+        raise InvalidArgument(
+            f"using={using!r}: task rows live in the database the router picks "
+            f"for writing DelayedTask ({db!r}), where the workers read them. "
+            f"Route DelayedTask to {using!r} in your database router, or omit "
+            f"using=."
+        )
     connection = transaction.get_connection(db)
     if not connection.in_atomic_block and not connection.get_autocommit():
         raise transaction.TransactionManagementError(

@@ -32,6 +32,7 @@ from .conf import get_settings
 from .store import scripts
 from .store.connection import BLOCK_SECONDS, get_client
 from .store.keys import ShardKeys, dispatchers_key, shard_keys
+from .timing import retry_pause
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +85,10 @@ class Dispatcher:
         self.queues = [settings.queue(name) for name in names]
         if not 1 <= batch_size <= 10_000:
             raise ValueError(f"batch_size must be from 1 to 10000; got {batch_size}.")
-        if lease_ttl < 1:
+        if not lease_ttl >= 1:
             raise ValueError(f"lease_ttl must be at least 1 second; got {lease_ttl}.")
+        if not max_wait > 0:
+            raise ValueError(f"max_wait must be a positive number; got {max_wait}.")
         self.batch_size = batch_size
         self.lease_ttl = lease_ttl
         self.max_wait = max_wait
@@ -154,7 +157,7 @@ class Dispatcher:
                     failures = 0
                 except redis.RedisError as exc:
                     failures += 1
-                    pause = min(0.1 * 2**failures, 5.0)
+                    pause = retry_pause(failures)
                     logger.warning(
                         "dispatcher: Redis error (%s); retrying in %.1f s", exc, pause
                     )
@@ -194,7 +197,11 @@ class Dispatcher:
                     (self.token, self.batch_size),
                 )
                 if moved < 0:
+                    # Another dispatcher holds the shard now. If a wake-up
+                    # brought us here, it was meant for the new owner.
+                    client.lpush(shard.keys.wake, "1")
                     self._lost(shard)
+                    self._nudge_listener(client)
                     break
                 if moved:
                     self.stats.moved += moved
@@ -250,7 +257,7 @@ class Dispatcher:
             except redis.RedisError as exc:
                 failures += 1
                 logger.debug("dispatcher listener: %s", exc)
-                self._stopping.wait(min(0.1 * 2**failures, 5.0))
+                self._stopping.wait(retry_pause(failures))
 
     # -- leases -----------------------------------------------------------------
 

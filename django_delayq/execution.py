@@ -65,50 +65,61 @@ class _Fenced(Exception):
     """The row moved on under us: roll back and record nothing."""
 
 
-def execute(task_id: uuid.UUID, *, reclaimed: bool) -> Outcome:
-    """Run the task ``task_id`` if its row says it should run now.
+def execute(
+    task_id: uuid.UUID,
+    *,
+    entry_id: str,
+    reclaimed: bool,
+    early_wait: float = EARLY_WAIT_SECONDS,
+) -> Outcome:
+    """Run the task ``task_id``, delivered by stream entry ``entry_id``, if its
+    row says it should run now.
 
-    Database errors propagate: the caller leaves the entry pending, so the
-    task is retried once the database is back.
+    Database errors propagate: the caller keeps the entry and tries again.
     """
-    row = DelayedTask.objects.filter(pk=task_id).first()
+    db = _db()
+    # Always the primary: a replica may not have the row yet.
+    row = DelayedTask.objects.using(db).filter(pk=task_id).first()
     if row is None:
         return Outcome(Disposition.DEAD, "no task row has this id")
     if row.status in (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED):
         return DONE  # finished or cancelled since it was dispatched
-    if row.status == Status.RUNNING and not reclaimed:
-        return DONE  # a second entry for a task another worker is running
-    try:
-        registered = registry.get(row.name)
-    except TaskNotRegistered:
-        reason = f"task name {row.name!r} is not registered in this worker"
-        _fail(row, row.attempts, reason, "", expect=row.status)
-        return Outcome(Disposition.DEAD, reason)
     if row.status == Status.RUNNING:
+        if not (reclaimed and row.claim_entry == entry_id):
+            # The attempt belongs to another delivery of this task (a
+            # duplicate entry, or a retry's): leave it to that one.
+            return DONE
+        # Reclaimed from a worker that stopped heartbeating: it died, or
+        # was paused; the attempt fence discards its completion if it wakes.
         if row.attempts >= row.max_attempts:
-            _fail(
-                row,
-                row.attempts,
-                f"worker lost during attempt {row.attempts} of {row.max_attempts}",
-                "",
-                expect=Status.RUNNING,
-            )
+            error = f"worker lost during attempt {row.attempts} of {row.max_attempts}"
+            _fail(row, row.attempts, error, "", expect=Status.RUNNING)
             return DONE
     else:
         early = (row.run_at - timezone.now()).total_seconds()
-        if 0 < early <= EARLY_WAIT_SECONDS:
-            # Due by Redis' clock but not quite by ours (clocks differ by a
-            # few ms): wait rather than bounce it through the due-set.
+        if 0 < early <= early_wait:
+            # Due by Redis' clock but not yet by ours (the clocks differ a
+            # little): hold the entry (it is heartbeated) until run_at rather
+            # than bounce it through the due-set.
             time.sleep(early)
         elif early > 0:
             # Dispatched well before its time (a reschedule raced the
             # dispatcher): put it back in the due-set at the row's time.
             logger.debug("task %s is not due until %s; re-delayed", row.pk, row.run_at)
-            index_after_commit([row], OutboxEntry.Action.RESCHEDULE, _db())
+            index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
             return DONE
-    attempt = _claim(row)
+    attempt = _claim(row, entry_id)
     if attempt is None:
         return DONE  # another worker, a cancel or a reschedule won
+    try:
+        registered = registry.get(row.name)
+    except TaskNotRegistered as exc:
+        # Maybe this worker runs older code than the one that scheduled it
+        # (a rolling deploy): the attempt fails and is retried with backoff,
+        # so an up-to-date worker can take it. No code runs here.
+        reason = f"task name {row.name!r} is not registered in this worker"
+        failed = _retry_or_fail(row, attempt, exc, error=reason, trace="")
+        return Outcome(Disposition.DEAD, reason) if failed else DONE
     _log(logging.DEBUG, "started", row)
     signals.send(signals.task_started, row)
     _run(row, registered, attempt)
@@ -141,29 +152,38 @@ def _log(level: int, event: str, row: DelayedTask, **fields: object) -> None:
     )
 
 
-def _claim(row: DelayedTask) -> int | None:
+def _claim(row: DelayedTask, entry_id: str) -> int | None:
     now = timezone.now()
-    rows = DelayedTask.objects.filter(pk=row.pk, attempts=row.attempts)
+    rows = DelayedTask.objects.using(_db()).filter(pk=row.pk, attempts=row.attempts)
     if row.status == Status.SCHEDULED:
         rows = rows.filter(status=Status.SCHEDULED, run_at__lte=now)
     else:
-        rows = rows.filter(status=Status.RUNNING)
+        rows = rows.filter(status=Status.RUNNING, claim_entry=entry_id)
     attempt = row.attempts + 1
-    if not rows.update(status=Status.RUNNING, attempts=attempt, started_at=now):
+    if not rows.update(
+        status=Status.RUNNING, attempts=attempt, started_at=now, claim_entry=entry_id
+    ):
         return None
     row.status, row.attempts, row.started_at = Status.RUNNING, attempt, now
+    row.claim_entry = entry_id
     return attempt
 
 
 def _run(row: DelayedTask, registered: registry.Task[Any, Any], attempt: int) -> None:
+    db = _db()
+    committed: list[bool] = []
     try:
         if registered.atomic:
-            with transaction.atomic(using=_db()):
+            with transaction.atomic(using=db):
+                # Registered first, so it runs first at the commit: if a
+                # callback the task registered raises afterwards, we still
+                # know the task's work and its success were committed.
+                transaction.on_commit(lambda: committed.append(True), using=db)
                 result = registered.func(*row.args, **row.kwargs)
                 _succeed(row, attempt, result)
         else:
             result = registered.func(*row.args, **row.kwargs)
-            with transaction.atomic(using=_db()):
+            with transaction.atomic(using=db):
                 _succeed(row, attempt, result)
     except _Fenced:
         logger.warning(
@@ -174,10 +194,17 @@ def _run(row: DelayedTask, registered: registry.Task[Any, Any], attempt: int) ->
         )
         return
     except (Exception, SystemExit, KeyboardInterrupt) as exc:
-        # Task code calling sys.exit() (or raising KeyboardInterrupt) fails
-        # its attempt like any error; it must not end the worker's thread.
-        _retry_or_fail(row, attempt, exc)
-        return
+        if committed:
+            logger.exception(
+                "task %s succeeded, but an on_commit callback it registered "
+                "raised; later callbacks of that transaction did not run",
+                row.pk,
+            )
+        else:
+            # Task code calling sys.exit() (or raising KeyboardInterrupt)
+            # fails its attempt like any error; it must not end the thread.
+            _retry_or_fail(row, attempt, exc)
+            return
     _log(logging.INFO, "succeeded", row)
     signals.send(signals.task_succeeded, row, result=row.result)
 
@@ -189,36 +216,47 @@ def _succeed(row: DelayedTask, attempt: int, result: Any) -> None:
         logger.warning("task %s: %s; it is not stored", row.pk, exc)
         stored = None
     now = timezone.now()
-    updated = DelayedTask.objects.filter(
-        pk=row.pk, status=Status.RUNNING, attempts=attempt
-    ).update(
-        status=Status.SUCCEEDED,
-        finished_at=now,
-        result=stored,
-        last_error="",
-        last_traceback="",
+    updated = (
+        DelayedTask.objects.using(_db())
+        .filter(pk=row.pk, status=Status.RUNNING, attempts=attempt)
+        .update(
+            status=Status.SUCCEEDED,
+            finished_at=now,
+            result=stored,
+            last_error="",
+            last_traceback="",
+        )
     )
     if not updated:
         raise _Fenced
     row.status, row.finished_at, row.result = Status.SUCCEEDED, now, stored
 
 
-def _retry_or_fail(row: DelayedTask, attempt: int, exc: BaseException) -> None:
-    error = f"{type(exc).__name__}: {exc}"
-    trace = traceback.format_exc()
+def _retry_or_fail(
+    row: DelayedTask,
+    attempt: int,
+    exc: BaseException,
+    *,
+    error: str | None = None,
+    trace: str | None = None,
+) -> bool:
+    """Schedule the next attempt, or fail the task; True if it failed."""
+    error = f"{type(exc).__name__}: {exc}" if error is None else error
+    trace = traceback.format_exc() if trace is None else trace
     if attempt >= row.max_attempts:
-        _fail(row, attempt, error, trace, expect=Status.RUNNING)
-        return
+        return _fail(row, attempt, error, trace, expect=Status.RUNNING)
     run_at = ceil_ms(timezone.now() + backoff(attempt))
     db = _db()
     with transaction.atomic(using=db):
-        updated = DelayedTask.objects.filter(
-            pk=row.pk, status=Status.RUNNING, attempts=attempt
-        ).update(
-            status=Status.SCHEDULED,
-            run_at=run_at,
-            last_error=error,
-            last_traceback=trace,
+        updated = (
+            DelayedTask.objects.using(db)
+            .filter(pk=row.pk, status=Status.RUNNING, attempts=attempt)
+            .update(
+                status=Status.SCHEDULED,
+                run_at=run_at,
+                last_error=error,
+                last_traceback=trace,
+            )
         )
         if updated:
             row.status, row.run_at = Status.SCHEDULED, run_at
@@ -234,16 +272,22 @@ def _retry_or_fail(row: DelayedTask, attempt: int, exc: BaseException) -> None:
             retry_at=run_at.isoformat(),
         )
         signals.send(signals.task_retried, row, error=error, run_at=run_at)
+    return False
 
 
 def _fail(
     row: DelayedTask, attempt: int, error: str, trace: str, *, expect: str
 ) -> bool:
     now = timezone.now()
-    updated = DelayedTask.objects.filter(
-        pk=row.pk, status=expect, attempts=attempt
-    ).update(
-        status=Status.FAILED, finished_at=now, last_error=error, last_traceback=trace
+    updated = (
+        DelayedTask.objects.using(_db())
+        .filter(pk=row.pk, status=expect, attempts=attempt)
+        .update(
+            status=Status.FAILED,
+            finished_at=now,
+            last_error=error,
+            last_traceback=trace,
+        )
     )
     if updated:
         row.status, row.finished_at = Status.FAILED, now

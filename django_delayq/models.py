@@ -71,6 +71,16 @@ class DelayedTask(models.Model):
         _("attempts"), default=0, help_text=_("Runs started so far.")
     )
     max_attempts = models.PositiveIntegerField(_("max attempts"), default=3)
+    claim_entry = models.CharField(
+        _("claiming stream entry"),
+        max_length=64,
+        blank=True,
+        default="",
+        help_text=_(
+            "The ready-stream entry whose delivery started the current attempt; "
+            "only that entry may take the attempt over from a dead worker."
+        ),
+    )
     created_at = models.DateTimeField(_("created at"), default=timezone.now)
     started_at = models.DateTimeField(_("started at"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)

@@ -97,3 +97,11 @@ def to_score(run_at: datetime.datetime) -> int:
     if timezone.is_naive(run_at):
         run_at = timezone.make_aware(run_at)
     return (run_at - _EPOCH) // _MS
+
+
+def retry_pause(failures: int, *, base: float = 0.1, cap: float = 5.0) -> float:
+    """Seconds to wait after ``failures`` errors in a row: doubling, capped.
+
+    The exponent is bounded too, so a long outage cannot overflow the float.
+    """
+    return float(min(base * 2 ** min(failures, 32), cap))

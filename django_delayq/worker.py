@@ -30,12 +30,13 @@ from .execution import Disposition, execute
 from .store import streams
 from .store.connection import get_client
 from .store.keys import shard_keys
+from .timing import retry_pause
 
 logger = logging.getLogger(__name__)
 
 #: How long a read blocks on the server: also how long a graceful stop may
 #: wait for an idle thread to notice it.
-READ_BLOCK_MS = 2000
+READ_BLOCK_MS = 5000
 
 
 @dataclass
@@ -96,6 +97,9 @@ class Worker:
         self._next_reclaim = 0.0
         self._reclaim_lock = threading.Lock()
         self._backlog: collections.deque[streams.Entry] = collections.deque()
+        self._crashed = threading.Event()
+        #: where each stream's reclaim scan goes on from
+        self._reclaim_cursor = {stream: "0-0" for stream in self.streams}
         self._backlog_lock = threading.Lock()
 
     # -- public ---------------------------------------------------------------
@@ -130,6 +134,10 @@ class Worker:
             self._heartbeat(client)
         self._requeue_backlog(client)
         self._leave_group(client, [f"{self.name}-{n}" for n in range(self.concurrency)])
+        if self._crashed.is_set():
+            raise RuntimeError(
+                f"worker {self.name}: a thread stopped on an error (logged above)"
+            )
         return self.stats
 
     def _start(self, client: redis.Redis, once: bool) -> bool:
@@ -143,7 +151,7 @@ class Worker:
                 if once:
                     raise
                 failures += 1
-                pause = min(0.5 * 2**failures, 10.0)
+                pause = retry_pause(failures, base=0.5, cap=10.0)
                 logger.warning(
                     "worker %s: Redis unavailable (%s); retrying in %.0f s",
                     self.name,
@@ -157,10 +165,15 @@ class Worker:
         """Give entries read but not started back to the other workers now."""
         with self._backlog_lock:
             left, self._backlog = self._backlog, collections.deque()
-        if not left:
+        for entry in left:
+            self._done(entry)
+        # A reclaimed entry stays pending (and is reclaimed again): only its
+        # own delivery may take its attempt over.
+        fresh = [entry for entry in left if not entry.reclaimed]
+        if not fresh:
             return
         try:
-            streams.requeue(client, list(left))
+            streams.requeue(client, fresh)
         except redis.RedisError as exc:
             # They stay pending and are reclaimed after the visibility timeout.
             logger.warning(
@@ -185,6 +198,7 @@ class Worker:
         failures = 0
         try:
             while not self._stopping.is_set():
+                entry = None
                 try:
                     entry = self._next(client, consumer, once)
                     if entry is None:
@@ -193,20 +207,42 @@ class Worker:
                         continue
                     self._handle(client, consumer, entry)
                     failures = 0
-                except (redis.RedisError, DatabaseError) as exc:
+                except DatabaseError as exc:
+                    if entry is not None:
+                        # Keep it (heartbeated) and try it first once the
+                        # database answers, instead of waiting for a reclaim.
+                        with self._backlog_lock:
+                            self._backlog.appendleft(entry)
                     failures += 1
-                    self._count("errors")
-                    pause = min(0.1 * 2**failures, 5.0)
-                    logger.warning(
-                        "worker %s: %s: %s; retrying in %.1f s",
-                        consumer,
-                        type(exc).__name__,
-                        exc,
-                        pause,
-                    )
-                    self._stopping.wait(pause)
+                    self._pause(consumer, exc, failures)
+                except Exception as exc:
+                    if entry is not None:
+                        self._done(entry)  # reclaimed later; the row decides
+                    failures += 1
+                    self._pause(consumer, exc, failures)
+        except BaseException:
+            self._crashed.set()
+            logger.exception("worker %s: thread stopped by an error", consumer)
+            raise
         finally:
             connections.close_all()
+
+    def _pause(self, consumer: str, exc: Exception, failures: int) -> None:
+        self._count("errors")
+        pause = retry_pause(failures)
+        if isinstance(exc, redis.RedisError | DatabaseError):
+            logger.warning(
+                "worker %s: %s: %s; retrying in %.1f s",
+                consumer,
+                type(exc).__name__,
+                exc,
+                pause,
+            )
+        else:
+            logger.error(
+                "worker %s: unexpected error; carrying on", consumer, exc_info=exc
+            )
+        self._stopping.wait(pause)
 
     def _next(
         self, client: redis.Redis, consumer: str, once: bool
@@ -254,12 +290,18 @@ class Worker:
             self._count("dead_lettered")
             self._done(entry)
             return
+        # As Django does around a request: drop connections that broke or
+        # outlived CONN_MAX_AGE before and after each task. A database error
+        # propagates with the entry still in flight (see _consume).
+        close_old_connections()
+        outcome = execute(
+            task_id,
+            entry_id=entry.entry_id.decode(),
+            reclaimed=entry.reclaimed,
+            early_wait=min(self.visibility_timeout / 3, 5.0),
+        )
+        close_old_connections()
         try:
-            # As Django does around a request: drop connections that broke or
-            # outlived CONN_MAX_AGE before and after each task.
-            close_old_connections()
-            outcome = execute(task_id, reclaimed=entry.reclaimed)
-            close_old_connections()
             if outcome.disposition is Disposition.DEAD:
                 logger.warning(
                     "worker %s: dead-lettered task %s: %s",
@@ -275,8 +317,8 @@ class Worker:
                 streams.finish(client, entry.stream, entry.entry_id)
             self._count("processed")
         finally:
-            # A database error leaves the entry pending: once the database
-            # is back, it is reclaimed and the row decides what happens.
+            # Even if the acknowledgement failed: the entry is then reclaimed
+            # later, and the row (now finished) makes that a no-op.
             self._done(entry)
 
     def _done(self, entry: streams.Entry) -> None:
@@ -284,7 +326,11 @@ class Worker:
             self._in_flight[entry.stream].pop(entry.entry_id, None)
 
     def _reclaim(self, client: redis.Redis, consumer: str) -> list[streams.Entry]:
-        """Now and then, take over entries whose worker stopped heartbeating."""
+        """Now and then, take over entries whose worker stopped heartbeating.
+
+        Each stream's scan goes on from where the last one stopped, so an old
+        entry behind many live ones is reached too.
+        """
         with self._reclaim_lock:
             now = time.monotonic()
             if now < self._next_reclaim:
@@ -292,9 +338,15 @@ class Worker:
             self._next_reclaim = now + max(self.visibility_timeout / 2, 0.1)
         min_idle_ms = int(self.visibility_timeout * 1000)
         for stream in self.streams:
-            entries = streams.reclaim(
-                client, stream, consumer, min_idle_ms=min_idle_ms, count=10
+            entries, cursor = streams.reclaim(
+                client,
+                stream,
+                consumer,
+                min_idle_ms=min_idle_ms,
+                count=10,
+                start=self._reclaim_cursor[stream],
             )
+            self._reclaim_cursor[stream] = cursor
             if entries:
                 logger.warning(
                     "worker %s: reclaimed %d entries idle over %.0f s in %s",

@@ -75,23 +75,35 @@ def read(
 
 
 def reclaim(
-    client: redis.Redis, stream: str, consumer: str, *, min_idle_ms: int, count: int
-) -> list[Entry]:
-    """Take over entries idle longer than ``min_idle_ms`` (their worker died)."""
+    client: redis.Redis,
+    stream: str,
+    consumer: str,
+    *,
+    min_idle_ms: int,
+    count: int,
+    start: str = "0-0",
+) -> tuple[list[Entry], str]:
+    """Take over entries idle longer than ``min_idle_ms`` (their worker died).
+
+    Returns the entries and the cursor to pass as ``start`` next time
+    (``"0-0"`` once the scan went round the whole pending list).
+    """
     try:
-        reply = client.xautoclaim(
-            stream, GROUP, consumer, min_idle_ms, start_id="0-0", count=count
+        reply: Any = client.xautoclaim(
+            stream, GROUP, consumer, min_idle_ms, start_id=start, count=count
         )
     except redis.ResponseError as exc:
         if "NOGROUP" not in str(exc):
             raise
         ensure_groups(client, [stream])
-        return []
-    return [
+        return [], "0-0"
+    cursor = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
+    entries = [
         Entry(stream, entry_id, dict(fields), reclaimed=True)
         for entry_id, fields in reply[1]
         if fields  # an entry deleted meanwhile comes back without fields
     ]
+    return entries, cursor
 
 
 def heartbeat(client: redis.Redis, in_flight: dict[str, dict[bytes, str]]) -> None:
@@ -109,8 +121,9 @@ def heartbeat(client: redis.Redis, in_flight: dict[str, dict[bytes, str]]) -> No
 
 
 def finish(client: redis.Redis, stream: str, entry_id: bytes) -> None:
-    """Acknowledge and delete an entry, in one round trip."""
-    pipe = client.pipeline(transaction=False)
+    """Acknowledge and delete an entry, in one round trip and atomically (a
+    connection lost in between must not leave an acknowledged entry behind)."""
+    pipe = client.pipeline(transaction=True)
     pipe.xack(stream, GROUP, entry_id)
     pipe.xdel(stream, entry_id)
     pipe.execute()

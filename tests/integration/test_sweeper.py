@@ -82,7 +82,7 @@ def test_a_stuck_running_task_is_scheduled_again(redis_client):
     task = schedule(add, args=[1, 1])
     redis_client.flushall()  # its entry is gone with its worker
     row = DelayedTask.objects.get(pk=task.pk)
-    assert _claim(row) == 1
+    assert _claim(row, "1-0") == 1
     assert sweep().recovered == 0  # not stale yet
     later = timezone.now() + datetime.timedelta(seconds=301)
     assert sweep(now=later).recovered == 1
@@ -95,7 +95,7 @@ def test_a_stuck_running_task_is_scheduled_again(redis_client):
 def test_a_stuck_task_out_of_attempts_is_failed(redis_client):
     task = schedule(add, args=[1, 1], max_attempts=1)
     redis_client.flushall()
-    assert _claim(DelayedTask.objects.get(pk=task.pk)) == 1
+    assert _claim(DelayedTask.objects.get(pk=task.pk), "1-0") == 1
     result = sweep(now=timezone.now() + datetime.timedelta(seconds=301))
     assert result.failed == 1
     row = DelayedTask.objects.get(pk=task.pk)
@@ -111,7 +111,7 @@ def test_a_running_task_whose_entry_is_pending_is_left_to_the_workers(
     ready = shard_keys("delayq", "default", 0).ready
     streams.ensure_groups(redis_client, [ready])
     streams.read(redis_client, "w-1", [ready], count=1, block_ms=None)
-    assert _claim(DelayedTask.objects.get(pk=task.pk)) == 1
+    assert _claim(DelayedTask.objects.get(pk=task.pk), "1-0") == 1
     result = sweep(now=timezone.now() + datetime.timedelta(seconds=301))
     assert result.recovered == 0
     assert DelayedTask.objects.get(pk=task.pk).status == Status.RUNNING

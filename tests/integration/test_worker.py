@@ -140,23 +140,39 @@ def test_forged_entries_are_dead_lettered_and_run_nothing(redis_client):
     assert redis_client.xlen(READY) == 0
 
 
-def test_an_unregistered_task_name_is_failed_and_dead_lettered(redis_client):
+def test_an_unregistered_task_name_is_retried_then_failed_and_dead_lettered(
+    redis_client, settings
+):
+    settings.DELAYQ = {**settings.DELAYQ, "RETRY_BACKOFF": 0.0}
     row = DelayedTask.objects.create(
         name="shop.tasks.removed_in_this_release", run_at=add.schedule().run_at
     )
     redis_client.xadd(READY, {"id": row.pk.bytes})
-    Worker().run(once=True)
+    drain()
     row = refresh(row)
-    assert row.status == Status.FAILED
+    # Retried (a newer worker may know it), then failed: no code ever ran.
+    assert (row.status, row.attempts) == (Status.FAILED, 3)
     assert "is not registered in this worker" in row.last_error
     [(_, fields)] = redis_client.xrange(DEAD)
     assert b"not registered" in fields[b"reason"]
 
 
+def test_a_duplicate_entry_of_a_running_task_is_acknowledged_and_ignored(
+    redis_client,
+):
+    task = schedule(create_order, args=["once"])
+    assert _claim(refresh(task), "1-0") == 1  # running, claimed by entry 1-0
+    outcome = execute(task.pk, entry_id="2-0", reclaimed=True)
+    assert outcome.disposition.value == "done"
+    row = refresh(task)
+    assert (row.status, row.attempts, row.claim_entry) == (Status.RUNNING, 1, "1-0")
+    assert not Order.objects.exists()
+
+
 def test_a_stale_workers_late_completion_is_discarded(redis_client):
     task = schedule(create_order, args=["stale"])
     row = refresh(task)
-    assert _claim(row) == 1
+    assert _claim(row, "1-0") == 1
     # The worker was paused past its visibility timeout; another took over.
     DelayedTask.objects.filter(pk=task.pk).update(attempts=2)
     _run(row, get(row.name), attempt=1)
@@ -169,8 +185,8 @@ def test_an_entry_left_by_a_dead_worker_is_reclaimed_and_run_once(redis_client):
     Dispatcher().run(once=True)
     # A worker read the entry, claimed the row, then died mid-task.
     streams.ensure_groups(redis_client, [READY])
-    assert streams.read(redis_client, "dead-worker", [READY], count=1, block_ms=None)
-    assert _claim(refresh(task)) == 1
+    [entry] = streams.read(redis_client, "dead-worker", [READY], count=1, block_ms=None)
+    assert _claim(refresh(task), entry.entry_id.decode()) == 1
     time.sleep(0.3)
     stats = Worker(visibility_timeout=0.2).run(once=True)
     assert stats.reclaimed == 1
@@ -235,8 +251,10 @@ def test_a_broken_signal_receiver_does_not_stop_the_worker(redis_client):
 def test_execute_ignores_finished_and_missing_rows(redis_client):
     task = schedule(add, args=[1, 1])
     DelayedTask.objects.filter(pk=task.pk).update(status=Status.SUCCEEDED)
-    assert execute(task.pk, reclaimed=False).disposition.value == "done"
-    assert execute(uuid.uuid4(), reclaimed=False).disposition.value == "dead"
+    done = execute(task.pk, entry_id="1-0", reclaimed=False)
+    assert done.disposition.value == "done"
+    missing = execute(uuid.uuid4(), entry_id="2-0", reclaimed=False)
+    assert missing.disposition.value == "dead"
 
 
 def test_worker_recreates_its_group_after_redis_lost_data(redis_client):

@@ -9,6 +9,7 @@ from django.core.management import CommandError, call_command
 
 from django_delayq import schedule
 from django_delayq.dispatcher import Dispatcher
+from django_delayq.exceptions import InvalidArgument
 from django_delayq.models import DelayedTask, Status
 from django_delayq.signals import task_succeeded
 from django_delayq.store.keys import shard_keys
@@ -120,3 +121,21 @@ def test_call_command_leaves_the_callers_signal_handlers_alone(redis_client):
     call_command("delayq_dispatch", "--once", verbosity=0)
     call_command("delayq_worker", "--once", verbosity=0)
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_task_whose_on_commit_callback_raises_still_succeeded(redis_client, caplog):
+    from tests.testapp.models import Order
+    from tests.testapp.tasks import raises_on_commit
+
+    task = schedule(raises_on_commit, args=["committed"])
+    with caplog.at_level("ERROR", logger="django_delayq"):
+        drain()
+    assert row(task).status == Status.SUCCEEDED
+    assert Order.objects.filter(status="committed").count() == 1
+    assert "an on_commit callback it registered raised" in caplog.text
+
+
+def test_using_another_database_than_the_workers_read_is_refused():
+    with pytest.raises(InvalidArgument, match="using='other'"):
+        schedule(add, args=[1, 1], using="other")
+    assert not DelayedTask.objects.exists()

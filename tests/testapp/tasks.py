@@ -92,3 +92,18 @@ def poison(key: str) -> None:
 
     Ledger.objects.create(key=key, pid=os.getpid(), at=timezone.now())
     raise RuntimeError(f"poison {key} always fails")
+
+
+@task
+def raises_on_commit(status: str) -> None:
+    """Its work commits, then a callback it registered fails."""
+    from django.db import transaction
+
+    from tests.testapp.models import Order
+
+    Order.objects.create(status=status)
+
+    def broken() -> None:
+        raise RuntimeError("callback bug")
+
+    transaction.on_commit(broken)

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from django_delayq.exceptions import DelayQueueException, InvalidSchedule
-from django_delayq.timing import ceil_ms, resolve_run_at, to_score
+from django_delayq.timing import ceil_ms, resolve_run_at, retry_pause, to_score
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, 250_400, tzinfo=datetime.UTC)
 
@@ -81,3 +81,8 @@ def test_naive_eta_is_rejected_when_use_tz_is_on(settings):
 def test_eta_must_be_a_datetime(eta):
     with pytest.raises(InvalidSchedule, match="eta= must be a datetime"):
         resolve_run_at(None, eta, now=NOW)
+
+
+def test_retry_pauses_double_up_to_a_cap_even_after_a_long_outage():
+    assert [retry_pause(n) for n in (1, 2, 3)] == [0.2, 0.4, 0.8]
+    assert retry_pause(5000) == 5.0  # no OverflowError after hours of errors
