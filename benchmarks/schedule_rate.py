@@ -89,24 +89,27 @@ def run(
                 "baseline:due", {row.pk.bytes: to_score(run_at) for row in rows}
             )
 
-    def rate(fn: Callable[[], None], n: int) -> float:
-        samples = []
-        for _ in range(repeats):
-            reset()
-            started = time.perf_counter()
-            fn()
-            samples.append(n / (time.perf_counter() - started))
-        return statistics.median(samples)
+    def timed(fn: Callable[[], None], n: int) -> float:
+        reset()
+        started = time.perf_counter()
+        fn()
+        return n / (time.perf_counter() - started)
 
     results = []
     for label, ours, base, n in (
         ("single schedule()", ours_single, baseline_single, single_n),
         ("bulk schedule_many()", ours_bulk, baseline_bulk, bulk_n),
     ):
-        # Interleave so drift on a shared machine hits both sides alike.
-        base_rate = rate(base, n)
-        ours_rate = rate(ours, n)
-        results.append((label, ours_rate, base_rate))
+        # Rounds alternate which side goes first, so load that comes and
+        # goes on a shared machine hits both sides alike.
+        ours_rates, base_rates = [], []
+        for round_ in range(repeats):
+            pair = [(ours, ours_rates), (base, base_rates)]
+            for fn, rates in pair if round_ % 2 else reversed(pair):
+                rates.append(timed(fn, n))
+        results.append(
+            (label, statistics.median(ours_rates), statistics.median(base_rates))
+        )
     reset()
     return results
 
@@ -116,7 +119,7 @@ def main() -> int:
     parser.add_argument("--db", choices=["sqlite", "postgres"], default=None)
     parser.add_argument("--single", type=int, default=2000, help="tasks per single run")
     parser.add_argument("--bulk", type=int, default=20000, help="tasks per bulk run")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=6, help="rounds (median)")
     args = parser.parse_args()
     if args.db is None:
         # One process per database: Django is configured once per process.
