@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
 
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, CommandParser
 
 from ..exceptions import DelayQueueException
 
@@ -44,6 +44,17 @@ def command_context(
             signal.signal(signum, handler_before)
         logger.setLevel(level)
         logger.handlers[:] = handlers
+
+
+def add_queue_option(parser: CommandParser) -> None:
+    """``--queue NAME`` (repeatable), shared by the long-running commands."""
+    parser.add_argument(
+        "--queue",
+        action="append",
+        dest="queues",
+        metavar="NAME",
+        help="A queue to serve (repeatable). Default: every configured queue.",
+    )
 
 
 @contextlib.contextmanager

@@ -6,7 +6,11 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from django_delayq.dispatcher import Dispatcher
-from django_delayq.management.lifecycle import command_context, option_errors
+from django_delayq.management.lifecycle import (
+    add_queue_option,
+    command_context,
+    option_errors,
+)
 from django_delayq.sweeper import Sweeper
 from django_delayq.worker import Worker
 
@@ -18,13 +22,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--queue",
-            action="append",
-            dest="queues",
-            metavar="NAME",
-            help="A queue to serve (repeatable). Default: every configured queue.",
-        )
+        add_queue_option(parser)
         parser.add_argument(
             "--concurrency",
             type=int,

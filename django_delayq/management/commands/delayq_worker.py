@@ -4,7 +4,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from django_delayq.management.lifecycle import command_context, option_errors
+from django_delayq.management.lifecycle import (
+    add_queue_option,
+    command_context,
+    option_errors,
+)
 from django_delayq.worker import Worker
 
 
@@ -12,13 +16,7 @@ class Command(BaseCommand):
     help = "Run the tasks the dispatchers make ready. Run one or more."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--queue",
-            action="append",
-            dest="queues",
-            metavar="NAME",
-            help="A queue to serve (repeatable). Default: every configured queue.",
-        )
+        add_queue_option(parser)
         parser.add_argument(
             "--concurrency",
             type=int,
