@@ -311,7 +311,11 @@ class Dispatcher:
         for shard in reversed(self.shards):
             if owned <= fair:
                 break
-            if shard.owned and owned > fair and shard.label not in taken_now:
+            if taken_now:
+                # Shards were orphaned: the live count may still include a
+                # dead dispatcher. Balance again once things settle.
+                break
+            if shard.owned and owned > fair:
                 self._release(client, (shard.keys.lease,), (self.token,))
                 shard.owned = False
                 shard.due_at = None

@@ -46,6 +46,7 @@ class Disposition(enum.Enum):
 
     DONE = "done"  # acknowledge and delete it
     DEAD = "dead"  # dead-letter it, with a reason
+    LEAVE = "leave"  # not ours any more: another worker took it over
 
 
 @dataclass(frozen=True)
@@ -85,15 +86,17 @@ def execute(
     if row.status in (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED):
         return DONE  # finished or cancelled since it was dispatched
     if row.status == Status.RUNNING:
-        if not (reclaimed and row.claim_entry == entry_id):
+        if row.claim_entry != entry_id:
             # The attempt belongs to another delivery of this task (a
             # duplicate entry, or a retry's): leave it to that one.
             return DONE
-        # Reclaimed from a worker that stopped heartbeating: it died, or
-        # was paused; the attempt fence discards its completion if it wakes.
+        # The delivery that claimed this attempt, again: reclaimed from a
+        # worker that stopped heartbeating (it died, or was paused: the
+        # attempt fence discards its completion if it wakes), or retried
+        # here after a database error cut the attempt short.
         if row.attempts >= row.max_attempts:
             error = f"worker lost during attempt {row.attempts} of {row.max_attempts}"
-            _fail(row, row.attempts, error, "", expect=Status.RUNNING)
+            fail(row, row.attempts, error, "", expect=Status.RUNNING)
             return DONE
     else:
         early = (row.run_at - timezone.now()).total_seconds()
@@ -122,7 +125,10 @@ def execute(
         return Outcome(Disposition.DEAD, reason) if failed else DONE
     _log(logging.DEBUG, "started", row)
     signals.send(signals.task_started, row)
-    _run(row, registered, attempt)
+    if not _run(row, registered, attempt):
+        # Another worker took this attempt over while we were paused: the
+        # entry is its now, so leave it unacknowledged.
+        return Outcome(Disposition.LEAVE)
     return DONE
 
 
@@ -169,7 +175,8 @@ def _claim(row: DelayedTask, entry_id: str) -> int | None:
     return attempt
 
 
-def _run(row: DelayedTask, registered: registry.Task[Any, Any], attempt: int) -> None:
+def _run(row: DelayedTask, registered: registry.Task[Any, Any], attempt: int) -> bool:
+    """Run the function and record the outcome; False if the attempt was fenced."""
     db = _db()
     committed: list[bool] = []
     try:
@@ -192,7 +199,7 @@ def _run(row: DelayedTask, registered: registry.Task[Any, Any], attempt: int) ->
             row.pk,
             attempt,
         )
-        return
+        return False
     except (Exception, SystemExit, KeyboardInterrupt) as exc:
         if committed:
             logger.exception(
@@ -204,9 +211,10 @@ def _run(row: DelayedTask, registered: registry.Task[Any, Any], attempt: int) ->
             # Task code calling sys.exit() (or raising KeyboardInterrupt)
             # fails its attempt like any error; it must not end the thread.
             _retry_or_fail(row, attempt, exc)
-            return
+            return True
     _log(logging.INFO, "succeeded", row)
     signals.send(signals.task_succeeded, row, result=row.result)
+    return True
 
 
 def _succeed(row: DelayedTask, attempt: int, result: Any) -> None:
@@ -244,7 +252,7 @@ def _retry_or_fail(
     error = f"{type(exc).__name__}: {exc}" if error is None else error
     trace = traceback.format_exc() if trace is None else trace
     if attempt >= row.max_attempts:
-        return _fail(row, attempt, error, trace, expect=Status.RUNNING)
+        return fail(row, attempt, error, trace, expect=Status.RUNNING)
     run_at = ceil_ms(timezone.now() + backoff(attempt))
     db = _db()
     with transaction.atomic(using=db):
@@ -275,9 +283,10 @@ def _retry_or_fail(
     return False
 
 
-def _fail(
+def fail(
     row: DelayedTask, attempt: int, error: str, trace: str, *, expect: str
 ) -> bool:
+    """Mark the task failed, fenced on ``expect`` status and ``attempt``."""
     now = timezone.now()
     updated = (
         DelayedTask.objects.using(_db())

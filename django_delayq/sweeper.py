@@ -34,12 +34,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import redis
-from django.db import router, transaction
+from django.db import DatabaseError, router, transaction
 from django.utils import timezone
 
 from .conf import get_settings
+from .execution import fail
 from .models import DelayedTask, OutboxEntry, Status
-from .store import index, inspect
+from .store import index, inspect, scripts
 from .store.connection import get_client
 from .store.keys import shard_keys, sweeper_lock_key
 from .sync import entry_of, index_after_commit, replay_outbox
@@ -49,6 +50,8 @@ logger = logging.getLogger(__name__)
 
 #: Rows per query or delete batch.
 BATCH = 1000
+#: How long a pass may hold the sweep lock: far longer than a pass takes.
+LOCK_MS = 600_000
 
 
 @dataclass
@@ -81,6 +84,9 @@ class Sweeper:
 
     def __init__(self, *, progress: Callable[[str], None] | None = None) -> None:
         self.settings = get_settings()
+        # Rows are read from the primary, like the workers do: a lagging
+        # replica could make a task scheduled a moment ago look like a ghost.
+        self.db = router.db_for_write(DelayedTask)
         self.progress = progress or (lambda line: None)
         self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self._stopping = threading.Event()
@@ -95,8 +101,15 @@ class Sweeper:
                     logger.warning("sweep: %s", result)
                 else:
                     logger.info("sweep: %s", result)
-            except (redis.RedisError, OSError) as exc:
-                logger.warning("sweep: Redis unavailable (%s); trying again later", exc)
+            except (redis.RedisError, OSError, DatabaseError) as exc:
+                if once:
+                    raise
+                logger.warning(
+                    "sweep: %s (%s); trying again in %.0f s",
+                    type(exc).__name__,
+                    exc,
+                    interval,
+                )
             if once:
                 break
             self._stopping.wait(interval)
@@ -112,7 +125,7 @@ class Sweeper:
         lock = sweeper_lock_key(self.settings.key_prefix)
         # The lock outlives a slow pass comfortably; a crashed holder's
         # lock expires by itself.
-        if not client.set(lock, self.token, nx=True, px=300_000):
+        if not client.set(lock, self.token, nx=True, px=LOCK_MS):
             return SweepResult(skipped=True)
         try:
             result = SweepResult()
@@ -121,8 +134,8 @@ class Sweeper:
             self._prune(now, result)
             return result
         finally:
-            if client.get(lock) == self.token.encode():
-                client.delete(lock)
+            # Only if it is still ours (compare and delete, atomically).
+            scripts.load("release")(client, (lock,), (self.token,))
 
     # -- 1. outbox ------------------------------------------------------------
 
@@ -146,16 +159,16 @@ class Sweeper:
         # Rows first: anything indexed after this read is found below.
         scheduled: dict[tuple[str, int], list[DelayedTask]] = defaultdict(list)
         for row in (
-            DelayedTask.objects.filter(status=Status.SCHEDULED, run_at__lte=horizon)
+            DelayedTask.objects.using(self.db)
+            .filter(status=Status.SCHEDULED, run_at__lte=horizon)
             .only("id", "queue", "shard", "run_at", "status")
             .iterator(chunk_size=BATCH)
         ):
             scheduled[row.queue, row.shard].append(row)
         running: dict[tuple[str, int], list[DelayedTask]] = defaultdict(list)
         for row in (
-            DelayedTask.objects.filter(
-                status=Status.RUNNING, started_at__lt=stale_before
-            )
+            DelayedTask.objects.using(self.db)
+            .filter(status=Status.RUNNING, started_at__lt=stale_before)
             .only(
                 "id", "queue", "shard", "run_at", "status", "attempts", "max_attempts"
             )
@@ -216,9 +229,9 @@ class Sweeper:
         for page in inspect.due_members(client, due, to_score(horizon)):
             ids = [task_id for task_id, _, _ in page if task_id is not None]
             still = set(
-                DelayedTask.objects.filter(
-                    pk__in=ids, status=Status.SCHEDULED
-                ).values_list("pk", flat=True)
+                DelayedTask.objects.using(self.db)
+                .filter(pk__in=ids, status=Status.SCHEDULED)
+                .values_list("pk", flat=True)
             )
             ghosts = [member for task_id, member, _ in page if task_id not in still]
             if ghosts:
@@ -231,20 +244,20 @@ class Sweeper:
         self, row: DelayedTask, now: datetime.datetime, result: SweepResult
     ) -> None:
         """A running row whose worker and stream entry are both gone."""
-        db = router.db_for_write(DelayedTask)
-        rows = DelayedTask.objects.filter(
+        db = self.db
+        rows = DelayedTask.objects.using(db).filter(
             pk=row.pk, status=Status.RUNNING, attempts=row.attempts
         )
         error = (
             f"worker lost during attempt {row.attempts} of {row.max_attempts} "
             f"(no stream entry left)"
         )
+        if row.attempts >= row.max_attempts:
+            # Logged and signalled like any failure.
+            if fail(row, row.attempts, error, "", expect=Status.RUNNING):
+                result.failed += 1
+            return
         with transaction.atomic(using=db):
-            if row.attempts >= row.max_attempts:
-                if rows.update(status=Status.FAILED, finished_at=now, last_error=error):
-                    result.failed += 1
-                    logger.warning("sweep: task %s failed: %s", row.pk, error)
-                return
             if rows.update(status=Status.SCHEDULED, run_at=now, last_error=error):
                 row.status, row.run_at = Status.SCHEDULED, now
                 index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
@@ -262,11 +275,11 @@ class Sweeper:
             while True:
                 # Small batches keep each DELETE's locks short.
                 batch = list(
-                    DelayedTask.objects.filter(
-                        status__in=statuses, finished_at__lt=cutoff
-                    ).values_list("pk", flat=True)[:BATCH]
+                    DelayedTask.objects.using(self.db)
+                    .filter(status__in=statuses, finished_at__lt=cutoff)
+                    .values_list("pk", flat=True)[:BATCH]
                 )
                 if not batch:
                     break
-                DelayedTask.objects.filter(pk__in=batch).delete()
+                DelayedTask.objects.using(self.db).filter(pk__in=batch).delete()
                 result.pruned += len(batch)

@@ -302,7 +302,9 @@ class Worker:
         )
         close_old_connections()
         try:
-            if outcome.disposition is Disposition.DEAD:
+            if outcome.disposition is Disposition.LEAVE:
+                pass
+            elif outcome.disposition is Disposition.DEAD:
                 logger.warning(
                     "worker %s: dead-lettered task %s: %s",
                     consumer,

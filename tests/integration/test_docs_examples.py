@@ -18,8 +18,19 @@ uses, except the quickstart's model and tasks, which this test injects from
 ``max_attempts=5``) and ``send_reminder`` (registered as
 ``"reminders.send"``). A block states what a user would see with ``assert``.
 
+A block may run the commands to completion in the test's process, as a
+user's test would: ``call_command("delayq_dispatch", once=True)``,
+``call_command("delayq_worker", once=True)`` and
+``call_command("delayq_sweep", once=True)``, and may define its own
+``@task`` functions (the in-process worker finds them in the registry). What
+that changes for the whole process (the commands' SIGTERM/SIGINT handlers,
+the ``django_delayq`` logger's level and handlers, receivers connected to
+django-delayq's signals, tasks the block registered) is put back afterwards
+by :func:`_process_state_restored`.
+
 A block that needs a situation the user does not create in code (Redis
-unreachable) gets it from its entry in ``PRECONDITIONS``.
+unreachable, or back after an outage) gets it from its entry in
+``PRECONDITIONS``.
 
 Every other ``python`` block of the docs is an illustration: it is only
 compiled, so that it stays valid Python.
@@ -27,14 +38,19 @@ compiled, so that it stays valid Python.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from django_delayq import registry
+from django_delayq import signals as delayq_signals
 from django_delayq.store import connection
 from tests.testapp.models import Order
 from tests.testapp.tasks import order_cancel, send_reminder
@@ -112,7 +128,38 @@ def _outbox_filled_redis_back(request: pytest.FixtureRequest) -> None:
 PRECONDITIONS: dict[str, Callable[[pytest.FixtureRequest], None]] = {
     "example-redis-down-outbox": _redis_unreachable,
     "example-replay-outbox": _outbox_filled_redis_back,
+    "example-sweep-outbox": _outbox_filled_redis_back,
 }
+
+
+_DELAYQ_SIGNALS = [
+    value
+    for value in vars(delayq_signals).values()
+    if isinstance(value, delayq_signals.Signal)
+]
+
+
+@contextlib.contextmanager
+def _process_state_restored() -> Iterator[None]:
+    """Undo what running a command or connecting a receiver leaves behind."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    logger = logging.getLogger("django_delayq")
+    level, log_handlers = logger.level, list(logger.handlers)
+    receivers = {sig: list(sig.receivers) for sig in _DELAYQ_SIGNALS}
+    tasks = set(registry.all_tasks())
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        logger.setLevel(level)
+        logger.handlers[:] = log_handlers
+        for sig, saved in receivers.items():
+            with sig.lock:
+                sig.receivers = saved
+                sig.sender_receivers_cache.clear()
+        for name in set(registry.all_tasks()) - tasks:
+            registry.unregister(name)
 
 
 def test_the_docs_have_runnable_examples_with_unique_names():
@@ -126,6 +173,10 @@ def test_the_docs_have_runnable_examples_with_unique_names():
         "guide/transactions.md",
         "guide/dedupe.md",
         "guide/cancel-reschedule.md",
+        "guide/execution.md",
+        "guide/running.md",
+        "reference/api.md",
+        "reference/signals.md",
     } <= pages
     assert set(PRECONDITIONS) <= set(EXAMPLES), "a precondition names no example"
 
@@ -150,4 +201,5 @@ def test_example_runs(name, redis_client, request):
         "order_cancel": order_cancel,
         "send_reminder": send_reminder,
     }
-    exec(block.compiled(), namespace)
+    with _process_state_restored():
+        exec(block.compiled(), namespace)

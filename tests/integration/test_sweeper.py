@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import datetime
+import threading
+import time
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from django_delayq import cancel, schedule
 from django_delayq.dispatcher import Dispatcher
 from django_delayq.execution import _claim
 from django_delayq.models import DelayedTask, OutboxEntry, Status
+from django_delayq.signals import task_failed
 from django_delayq.store import connection, streams
 from django_delayq.store.keys import shard_keys
 from django_delayq.sweeper import Sweeper
@@ -96,7 +99,18 @@ def test_a_stuck_task_out_of_attempts_is_failed(redis_client):
     task = schedule(add, args=[1, 1], max_attempts=1)
     redis_client.flushall()
     assert _claim(DelayedTask.objects.get(pk=task.pk), "1-0") == 1
-    result = sweep(now=timezone.now() + datetime.timedelta(seconds=301))
+    failures = []
+
+    def on_failed(sender, task, error, **kwargs):
+        failures.append(error)
+
+    task_failed.connect(on_failed)
+    try:
+        result = sweep(now=timezone.now() + datetime.timedelta(seconds=301))
+    finally:
+        task_failed.disconnect(on_failed)
+    assert failures == [row_error := failures[0]]
+    assert "worker lost" in row_error
     assert result.failed == 1
     row = DelayedTask.objects.get(pk=task.pk)
     assert row.status == Status.FAILED
@@ -170,3 +184,25 @@ def test_the_command_prints_a_summary(redis_client, capsys):
     call_command("delayq_sweep", "--once")
     out = capsys.readouterr().out
     assert out.startswith("delayq_sweep: replayed 0, reindexed 1, removed 0")
+
+
+def test_a_sweep_that_cannot_reach_redis_fails_the_once_command(private_redis):
+    private_redis.stop()
+    with pytest.raises(CommandError, match="sweep failed: ConnectionError"):
+        call_command("delayq_sweep", "--once")
+
+
+def test_a_looping_sweeper_survives_an_unreachable_redis(private_redis, caplog):
+    private_redis.stop()
+    sweeper = Sweeper()
+    with caplog.at_level("WARNING", logger="django_delayq"):
+        thread = threading.Thread(target=sweeper.run, kwargs={"interval": 0.05})
+        thread.start()
+        deadline = time.monotonic() + 10
+        while caplog.text.count("ConnectionError") < 2:  # two failed passes
+            assert time.monotonic() < deadline, "no failed pass was logged"
+            time.sleep(0.05)
+        assert thread.is_alive()
+        sweeper.stop()
+        thread.join(timeout=10)
+    assert not thread.is_alive()

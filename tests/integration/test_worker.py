@@ -157,6 +157,21 @@ def test_an_unregistered_task_name_is_retried_then_failed_and_dead_lettered(
     assert b"not registered" in fields[b"reason"]
 
 
+def test_the_claiming_entry_retried_after_a_database_error_runs_the_task(
+    redis_client,
+):
+    task = schedule(create_order, args=["retried"])
+    # Claimed by entry 1-0, then the database went away before the task ran;
+    # the worker kept the entry and tries it again.
+    assert _claim(refresh(task), "1-0") == 1
+    assert execute(task.pk, entry_id="1-0", reclaimed=False).disposition.value == (
+        "done"
+    )
+    row = refresh(task)
+    assert (row.status, row.attempts) == (Status.SUCCEEDED, 2)
+    assert Order.objects.count() == 1
+
+
 def test_a_duplicate_entry_of_a_running_task_is_acknowledged_and_ignored(
     redis_client,
 ):
@@ -175,7 +190,7 @@ def test_a_stale_workers_late_completion_is_discarded(redis_client):
     assert _claim(row, "1-0") == 1
     # The worker was paused past its visibility timeout; another took over.
     DelayedTask.objects.filter(pk=task.pk).update(attempts=2)
-    _run(row, get(row.name), attempt=1)
+    assert _run(row, get(row.name), attempt=1) is False  # fenced: leave the entry
     assert not Order.objects.exists()  # its writes were rolled back
     assert refresh(task).status == Status.RUNNING
 

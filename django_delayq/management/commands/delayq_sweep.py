@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+import redis
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
 
 from django_delayq.management.lifecycle import command_context, option_errors
 from django_delayq.sweeper import Sweeper
@@ -32,6 +34,12 @@ class Command(BaseCommand):
                 raise ValueError("--interval must be a positive number of seconds.")
             sweeper = Sweeper(progress=lambda line: self.stderr.write(f"sweep: {line}"))
         with command_context(sweeper.stop, "delayq_sweep", options["verbosity"]):
-            result = sweeper.run(interval=options["interval"], once=options["once"])
+            try:
+                result = sweeper.run(interval=options["interval"], once=options["once"])
+            except (redis.RedisError, OSError, DatabaseError) as exc:
+                # Only --once gets here; a looping sweeper logs and retries.
+                raise CommandError(
+                    f"sweep failed: {type(exc).__name__}: {exc}"
+                ) from exc
         if options["once"] and options["verbosity"]:
             self.stdout.write(f"delayq_sweep: {result}")
