@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, router, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from . import registry, signals
@@ -167,19 +168,16 @@ def cancel(
     # savepoint=False: no extra SAVEPOINT round trips inside the caller's
     # transaction. Nothing below raises on purpose (a raise through this block
     # would mark the caller's transaction for rollback).
+    now = timezone.now()
     with transaction.atomic(using=db, savepoint=False):
-        row = _locked_row(lookup, db)
-        if row is None or row.status != Status.SCHEDULED:
+        # Write first, fenced on status (a worker that claimed the row first
+        # wins), then read what was written. Reading first and then writing
+        # would fail at once on SQLite ("database is locked") whenever
+        # another process wrote in between; the UPDATE instead waits for
+        # the lock like any write.
+        if not _scheduled(lookup, db).update(status=Status.CANCELLED, finished_at=now):
             return False
-        now = timezone.now()
-        # Fenced on status: a worker that claimed the row first wins.
-        updated = (
-            DelayedTask.objects.using(db)
-            .filter(pk=row.pk, status=Status.SCHEDULED)
-            .update(status=Status.CANCELLED, finished_at=now)
-        )
-        if not updated:
-            return False
+        row = _written(lookup, db, status=Status.CANCELLED, finished_at=now)
         unindex_after_commit([row], OutboxEntry.Action.CANCEL, db)
         row.status, row.finished_at = Status.CANCELLED, now
         signals.send_on_commit(signals.task_cancelled, [row], db)
@@ -207,15 +205,25 @@ def reschedule(
     run_at = resolve_run_at(delay, eta)
     lookup = _lookup(task_or_id, key)
     db = _db(using)
+    raise_state = ""
     with transaction.atomic(using=db, savepoint=False):
-        row = _locked_row(lookup, db)
-        if row is not None and row.status == Status.SCHEDULED:
-            DelayedTask.objects.using(db).filter(
-                pk=row.pk, status=Status.SCHEDULED
-            ).update(run_at=run_at)
-            row.run_at = run_at
+        # Write first (see cancel()), then read what was written.
+        if _scheduled(lookup, db).update(run_at=run_at):
+            row: DelayedTask | None = _written(
+                lookup, db, status=Status.SCHEDULED, run_at=run_at
+            )
+            assert row is not None
             index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
+        else:
+            row = _current(lookup, db)
+            if row is not None and row.status == Status.SCHEDULED:
+                # It was running a moment ago and a retry made it scheduled
+                # again in between: report that rather than guess.
+                raise_state = f"Task {row.pk} changed state meanwhile; try again."
+                row = None
     # Raised only after the block, so the caller's transaction stays usable.
+    if row is None and raise_state:
+        raise InvalidTaskState(raise_state)
     if row is None:
         raise TaskNotFound(
             f"No scheduled task with {lookup}; finished and "
@@ -284,38 +292,35 @@ def _key_clash_as_duplicate(keys: Iterable[str | None], db: str) -> Iterator[Non
         )
         if holder is None or holder.key is None:
             raise
+        if holder.status == Status.RUNNING:
+            advice = (
+                "It is already running and cannot be replaced; schedule again "
+                "after it finishes."
+            )
+        else:
+            advice = (
+                "Pass replace=True to cancel it and schedule this one, or "
+                "cancel it first."
+            )
         raise DuplicateTask(
-            f"key={holder.key!r} is held by {holder.status} task {holder.pk}. "
-            f"Pass replace=True to cancel it and schedule this one, or cancel "
-            f"it first.",
+            f"key={holder.key!r} is held by {holder.status} task {holder.pk}. {advice}",
             key=holder.key,
             existing_id=holder.pk,
         ) from None
 
 
 def _release_key(key: str, db: str) -> None:
-    """Cancel the scheduled task holding ``key`` (for ``replace=True``)."""
-    holder = (
-        DelayedTask.objects.using(db)
-        .select_for_update()
-        .filter(key=key, status__in=ACTIVE_STATUSES)
-        .only("id", "queue", "shard", "status", "key")
-        .first()
-    )
-    if holder is None:
+    """Cancel the scheduled task holding ``key`` (for ``replace=True``).
+
+    A running holder is left alone: the INSERT that follows then fails on the
+    key, and the caller gets DuplicateTask saying the holder is running.
+    """
+    now = timezone.now()
+    lookup = _Lookup(key=key)
+    if not _scheduled(lookup, db).update(status=Status.CANCELLED, finished_at=now):
         return
-    if holder.status != Status.SCHEDULED:
-        raise DuplicateTask(
-            f"key={key!r} is held by task {holder.pk}, which is already "
-            f"running and cannot be replaced; schedule again after it finishes.",
-            key=key,
-            existing_id=holder.pk,
-        )
-    DelayedTask.objects.using(db).filter(pk=holder.pk, status=Status.SCHEDULED).update(
-        status=Status.CANCELLED, finished_at=timezone.now()
-    )
+    holder = _written(lookup, db, status=Status.CANCELLED, finished_at=now)
     unindex_after_commit([holder], OutboxEntry.Action.CANCEL, db)
-    holder.status = Status.CANCELLED
     signals.send_on_commit(signals.task_cancelled, [holder], db)
 
 
@@ -353,12 +358,33 @@ def _lookup(task_or_id: object, key: str | None) -> _Lookup:
     )
 
 
-def _locked_row(lookup: _Lookup, db: str) -> DelayedTask | None:
-    rows = DelayedTask.objects.using(db).select_for_update()
+def _matching(lookup: _Lookup, db: str) -> QuerySet[DelayedTask]:
+    rows = DelayedTask.objects.using(db)
     if lookup.key is not None:
-        return rows.filter(key=lookup.key, status__in=ACTIVE_STATUSES).first()
+        return rows.filter(key=lookup.key)
     assert lookup.task_id is not None
-    return rows.filter(pk=lookup.task_id).first()
+    return rows.filter(pk=lookup.task_id)
+
+
+def _scheduled(lookup: _Lookup, db: str) -> QuerySet[DelayedTask]:
+    """The scheduled task the lookup names (at most one: keys are unique
+    among active tasks)."""
+    return _matching(lookup, db).filter(status=Status.SCHEDULED)
+
+
+def _written(lookup: _Lookup, db: str, **values: Any) -> DelayedTask:
+    """Read back the row an UPDATE in this transaction just wrote ``values`` to."""
+    row = _matching(lookup, db).filter(**values).order_by("-created_at").first()
+    assert row is not None, "the row updated in this transaction is gone"
+    return row
+
+
+def _current(lookup: _Lookup, db: str) -> DelayedTask | None:
+    """The row a lookup names: the active one for a key, any for an id."""
+    rows = _matching(lookup, db)
+    if lookup.key is not None:
+        rows = rows.filter(status__in=ACTIVE_STATUSES)
+    return rows.first()
 
 
 def _db(using: str | None) -> str:

@@ -50,8 +50,15 @@ logger = logging.getLogger(__name__)
 
 #: Rows per query or delete batch.
 BATCH = 1000
-#: How long a pass may hold the sweep lock: far longer than a pass takes.
-LOCK_MS = 600_000
+#: The sweep lock's time to live for a single sweep() call. A looping
+#: sweeper uses twice its interval (at least 2 s). A pass renews the lock as
+#: it goes (per shard, per batch), so a sweeper killed mid-pass holds up its
+#: replacement for that long, not for a whole pass.
+LOCK_MS = 10_000
+
+
+class _LockLost(Exception):
+    pass
 
 
 @dataclass
@@ -90,10 +97,12 @@ class Sweeper:
         self.progress = progress or (lambda line: None)
         self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self._stopping = threading.Event()
+        self._lock_ms = LOCK_MS
 
     def run(self, *, interval: float = 30.0, once: bool = False) -> SweepResult:
         """Sweep every ``interval`` seconds until :meth:`stop`; return the last pass."""
         result = SweepResult()
+        self._lock_ms = max(2000, int(2 * interval * 1000))
         while not self._stopping.is_set():
             try:
                 result = self.sweep()
@@ -125,17 +134,29 @@ class Sweeper:
         lock = sweeper_lock_key(self.settings.key_prefix)
         # The lock outlives a slow pass comfortably; a crashed holder's
         # lock expires by itself.
-        if not client.set(lock, self.token, nx=True, px=LOCK_MS):
+        if not client.set(lock, self.token, nx=True, px=self._lock_ms):
             return SweepResult(skipped=True)
+        self._lock = (client, lock)
+        result = SweepResult()
         try:
-            result = SweepResult()
             result.replayed = self._replay(now)
             self._reconcile(client, now, result)
             self._prune(now, result)
             return result
+        except _LockLost:
+            logger.warning(
+                "sweep: lost the sweep lock mid-pass; another sweeper took over"
+            )
+            return result
         finally:
             # Only if it is still ours (compare and delete, atomically).
             scripts.load("release")(client, (lock,), (self.token,))
+
+    def _renew_lock(self) -> None:
+        client, lock = self._lock
+        if scripts.load("lease")(client, (lock,), (self.token, self._lock_ms)) == 0:
+            # Expired (this pass stalled) and taken: the other sweeper goes on.
+            raise _LockLost
 
     # -- 1. outbox ------------------------------------------------------------
 
@@ -180,6 +201,7 @@ class Sweeper:
             self.progress(f"reconciling {todo} scheduled rows due before {horizon}")
         shards = set(scheduled) | set(running) | self._configured_shards()
         for queue, shard in sorted(shards):
+            self._renew_lock()
             keys = shard_keys(self.settings.key_prefix, queue, shard)
             rows = scheduled.get((queue, shard), [])
             scores = inspect.due_scores(client, keys.due, [row.pk for row in rows])
@@ -281,5 +303,6 @@ class Sweeper:
                 )
                 if not batch:
                     break
+                self._renew_lock()
                 DelayedTask.objects.using(self.db).filter(pk__in=batch).delete()
                 result.pruned += len(batch)
