@@ -17,6 +17,8 @@ MATRIX ?= py311-dj52 py312-dj6
 PYTEST_ARGS ?=
 # Lint, type checks and docs run once, in the newest leg.
 LINT_LEG ?= $(lastword $(MATRIX))
+# The fault-injection scenarios (tests/faults) run once, in the last leg.
+FAULTS_LEG ?= $(lastword $(MATRIX))
 # `make test-fast` and `make example` use the first leg.
 FAST_LEG ?= $(firstword $(MATRIX))
 EXAMPLE_LEG ?= $(FAST_LEG)
@@ -26,7 +28,7 @@ BOOTSTRAP := tools/bootstrap.sh
 LINT_BIN := .venv/$(LINT_LEG)/bin
 export PYTEST_ARGS
 
-.PHONY: help test test-fast tests lint typecheck docs example bootstrap clean distclean
+.PHONY: help test test-fast tests faults lint typecheck docs example bootstrap clean distclean
 
 help: ## Show this help
 	@echo "Usage: make TARGET [MATRIX='...'] [PYTEST_ARGS='...']"
@@ -53,9 +55,13 @@ typecheck: ## mypy (configured in pyproject.toml)
 	@$(BOOTSTRAP) --no-servers $(LINT_LEG)
 	$(LINT_BIN)/mypy
 
-tests: ## pytest in every MATRIX leg, against SQLite and PostgreSQL
+tests: ## pytest in every MATRIX leg, then tests/faults once (last leg), against SQLite and PostgreSQL
 	@$(BOOTSTRAP) $(MATRIX)
-	tools/run_tests.sh $(MATRIX)
+	tools/run_tests.sh --faults $(FAULTS_LEG) $(MATRIX)
+
+faults: ## Only the fault-injection scenarios (tests/faults), in the last leg, on both databases
+	@$(BOOTSTRAP) $(FAULTS_LEG)
+	tools/run_tests.sh --faults $(FAULTS_LEG)
 
 test-fast: ## pytest in the first leg against SQLite only (pass PYTEST_ARGS)
 	@$(BOOTSTRAP) --redis-only $(FAST_LEG)

@@ -1,30 +1,38 @@
 #!/usr/bin/env bash
 # Run the test suite in each matrix leg's virtualenv, once per database.
 #
-#   tools/run_tests.sh [--dbs "sqlite postgres"] LEG ...
+#   tools/run_tests.sh [--dbs "sqlite postgres"] [--faults LEG] [LEG ...]
+#
+# The legs run everything but the fault-injection scenarios (tests/faults),
+# which are slow and do not depend on the Python or Django version: with
+# --faults LEG they run once, after the legs, in LEG, against each database.
 #
 # PYTEST_ARGS (environment) is added to every pytest command line, with shell
 # quoting, e.g. PYTEST_ARGS='-x -k "dispatch and not slow"'.
 #
 # Every run goes ahead even when an earlier one failed, so that one report
 # covers the whole matrix; the exit status is non-zero if any run failed,
-# including pytest's status 5 (no tests collected). The test suite starts its
-# own redis-server and PostgreSQL (tools/servers.py), selected by
+# including pytest's status 5 (no tests collected), except in the fault run,
+# where a PYTEST_ARGS filter may rightly select nothing. The test suite starts
+# its own redis-server and PostgreSQL (tools/servers.py), selected by
 # DELAYQ_TEST_DB. The report is also written to .venv/logs/summary.txt.
 set -uo pipefail
 
 cd "$(dirname "$(realpath "$0")")/.." || exit 2
 
 dbs="sqlite postgres"
+faults_leg=""
 legs=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --dbs) dbs=$2; shift 2 ;;
+        --faults) faults_leg=$2; shift 2 ;;
         -*) echo "run_tests: unknown option $1" >&2; exit 2 ;;
         *) legs+=("$1"); shift ;;
     esac
 done
-[[ ${#legs[@]} -gt 0 ]] || { echo "run_tests: no matrix leg given" >&2; exit 2; }
+[[ ${#legs[@]} -gt 0 || -n $faults_leg ]] ||
+    { echo "run_tests: no matrix leg given" >&2; exit 2; }
 
 # Quoting in PYTEST_ARGS is honoured, as on a command line.
 pytest_args=()
@@ -38,36 +46,59 @@ summary=$logs/summary.txt
 : >"$summary"
 failed=0
 
-for leg in "${legs[@]}"; do
-    python=.venv/$leg/bin/python
+# run_pytest LEG DB LABEL [PYTEST ARGS...]: one pytest run, logged and
+# summarised under LABEL.
+run_pytest() {
+    local leg=$1 db=$2 label=$3
+    shift 3
+    local python=.venv/$leg/bin/python
     if [[ ! -x $python ]]; then
         echo "run_tests: $python missing: run tools/bootstrap.sh $leg" >&2
         exit 2
     fi
+    local log=$logs/pytest-$label-$db.log
+    printf '\n==> %s, %s: pytest %s\n' "$label" "$db" "$*"
+    local start=$SECONDS
+    # The cache stays in .venv so that --lf/--ff work without littering
+    # the work tree.
+    DELAYQ_TEST_DB=$db "$python" -m pytest -o cache_dir=.venv/pytest-cache \
+        "$@" 2>&1 | tee "$log"
+    local status=${PIPESTATUS[0]}
+    # pytest's closing line, e.g. "=== 41 passed, 2 skipped in 3.10s ==="
+    # (without the "=" under -q).
+    local outcome
+    outcome=$(sed 's/\x1b\[[0-9;]*m//g' "$log" |
+        grep -E '(passed|failed|errors?|skipped|deselected|no tests ran).* in [0-9.]+s' |
+        tail -n 1 | sed -E 's/^=+ | =+$//g')
+    local verdict
+    case $status in
+        0) verdict=ok ;;
+        5) verdict="FAILED (no tests collected)" ;;
+        *) verdict="FAILED (exit $status)" ;;
+    esac
+    # A -k filter in PYTEST_ARGS may select no fault scenario at all; without
+    # a filter, no tests collected is a failure like anywhere else.
+    if [[ $status -eq 5 && $label == faults-* && ${#pytest_args[@]} -gt 0 ]]; then
+        verdict="nothing selected"
+        status=0
+    fi
+    [[ $status -eq 0 ]] || failed=$((failed + 1))
+    printf '%-18s %-9s %-28s %s [%ds]\n' "$label" "$db" "$verdict" \
+        "${outcome:-no pytest summary}" $((SECONDS - start)) >>"$summary"
+}
+
+for leg in "${legs[@]}"; do
     for db in $dbs; do
-        log=$logs/pytest-$leg-$db.log
-        printf '\n==> %s, %s: pytest %s\n' "$leg" "$db" "${pytest_args[*]}"
-        start=$SECONDS
-        # The cache stays in .venv so that --lf/--ff work without littering
-        # the work tree.
-        DELAYQ_TEST_DB=$db "$python" -m pytest -o cache_dir=.venv/pytest-cache \
-            "${pytest_args[@]}" 2>&1 | tee "$log"
-        status=${PIPESTATUS[0]}
-        # pytest's closing line, e.g. "=== 41 passed, 2 skipped in 3.10s ==="
-        # (without the "=" under -q).
-        outcome=$(sed 's/\x1b\[[0-9;]*m//g' "$log" |
-            grep -E '(passed|failed|errors?|skipped|deselected|no tests ran).* in [0-9.]+s' |
-            tail -n 1 | sed -E 's/^=+ | =+$//g')
-        case $status in
-            0) verdict=ok ;;
-            5) verdict="FAILED (no tests collected)" ;;
-            *) verdict="FAILED (exit $status)" ;;
-        esac
-        [[ $status -eq 0 ]] || failed=$((failed + 1))
-        printf '%-12s %-9s %-28s %s [%ds]\n' "$leg" "$db" "$verdict" \
-            "${outcome:-no pytest summary}" $((SECONDS - start)) >>"$summary"
+        run_pytest "$leg" "$db" "$leg" --ignore=tests/faults "${pytest_args[@]}"
     done
 done
+
+if [[ -n $faults_leg ]]; then
+    for db in $dbs; do
+        run_pytest "$faults_leg" "$db" "faults-$faults_leg" tests/faults \
+            "${pytest_args[@]}"
+    done
+fi
 
 printf '\nTest matrix:\n'
 cat "$summary"

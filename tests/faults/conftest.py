@@ -1,0 +1,62 @@
+"""Fixtures of the fault scenarios, their marker, and their summary lines."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from django_delayq.store import connection
+from tests.conftest import delayq_settings
+from tests.faults.harness import FAULT_DELAYQ, SUMMARY, Rig
+from tools.servers import RedisServer
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "faults: a fault-injection scenario (real processes and servers; slow)",
+    )
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not SUMMARY:
+        return
+    terminalreporter.section("django-delayq fault scenarios")
+    for line in SUMMARY:
+        terminalreporter.write_line(line)
+
+
+@pytest.fixture
+def make_rig(
+    settings: Any, tmp_path: Path, transactional_db: None
+) -> Iterator[Callable[..., Rig]]:
+    """Build a :class:`Rig` on a private redis-server (started here, in the main
+    thread); the test process and every command it starts use that server."""
+    rigs: list[Rig] = []
+
+    def make(*, persistence: bool = False, save: str = "", **overrides: Any) -> Rig:
+        server = RedisServer(persistence=persistence, save=save)
+        server.start()
+        delayq = delayq_settings(server.url, **{**FAULT_DELAYQ, **overrides})
+        settings.DELAYQ = delayq
+        connection.reset()
+        logs = tmp_path / f"rig-{len(rigs)}"
+        logs.mkdir()
+        rig = Rig(server, delayq, logs)
+        rigs.append(rig)
+        return rig
+
+    try:
+        yield make
+    finally:
+        for rig in rigs:
+            rig.close()
+        connection.reset()
+
+
+@pytest.fixture
+def rig(make_rig: Callable[..., Rig]) -> Rig:
+    return make_rig()

@@ -1,0 +1,367 @@
+"""The fault scenarios' rig: a private redis-server, the commands as real
+processes sharing the test's database, and ways to hurt both.
+
+A :class:`Rig` owns one redis-server (started from the main thread, so it can
+be stopped, killed, flushed or rolled back without touching other tests) and
+every ``python -m django delayq_*`` process a scenario starts. Processes are
+signalled by PID only; at teardown every one still running is SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.db import connection, transaction
+
+from django_delayq import Call, schedule, schedule_many
+from django_delayq.conf import get_settings
+from django_delayq.models import DelayedTask
+from django_delayq.store.keys import ShardKeys, shard_keys
+from django_delayq.store.streams import GROUP
+from tests.testapp.tasks import record
+from tools.servers import RedisServer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: DELAYQ values every scenario uses unless it overrides them: a fault must
+#: be noticed and repaired in seconds, not in the production defaults' minutes.
+FAULT_DELAYQ: dict[str, Any] = {
+    "VISIBILITY_TIMEOUT": 2.0,
+    "RETRY_BACKOFF": 0.2,
+    "RETRY_BACKOFF_MAX": 1.0,
+}
+#: Command-line options that make the commands react quickly.
+VISIBILITY = "2"
+SWEEP_INTERVAL = 1.0
+LEASE_TTL = "2"
+
+#: One line per scenario, printed at the end of the session (conftest.py).
+SUMMARY: list[str] = []
+
+
+def wait_for(
+    condition: Callable[[], object], seconds: float, what: str, poll: float = 0.05
+) -> None:
+    """Poll ``condition`` until it is true; fail after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {seconds:g} s: {what}")
+        time.sleep(poll)
+
+
+@dataclass
+class Proc:
+    """One command process."""
+
+    label: str
+    command: str
+    args: tuple[str, ...]
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    #: set when the scenario kills or stops it on purpose
+    expected_exit: bool = False
+    stopped: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def tail(self, lines: int = 25) -> str:
+        return "\n".join(self.log().splitlines()[-lines:])
+
+
+class Rig:
+    """A private redis-server plus the django-delayq processes of one scenario."""
+
+    def __init__(self, server: RedisServer, delayq: dict[str, Any], logs: Path) -> None:
+        self.redis = server
+        self.delayq = delayq
+        self.logs = logs
+        self.procs: list[Proc] = []
+        self._client: redis.Redis | None = None
+        db = connection.settings_dict
+        pycache = Path(tempfile.gettempdir()) / "delayq-faults-pycache"
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            # Without a bytecode cache every command spends over a second
+            # compiling Django; the cache goes outside the work tree.
+            if key != "PYTHONDONTWRITEBYTECODE"
+        }
+        env.update(
+            DJANGO_SETTINGS_MODULE="tests.faults.settings",
+            PYTHONPATH=str(ROOT),
+            PYTHONPYCACHEPREFIX=str(pycache),
+            DELAYQ_TEST_DB=settings.TEST_DB,
+            DELAYQ_TEST_SHARED_DB=str(db["NAME"]),
+            DELAYQ_FAULTS_DELAYQ=json.dumps(delayq),
+        )
+        if settings.TEST_DB == "postgres":
+            env.update(DELAYQ_PG_HOST=str(db["HOST"]), DELAYQ_PG_PORT=str(db["PORT"]))
+        self.env = env
+
+    # -- Redis ------------------------------------------------------------------
+
+    @property
+    def client(self) -> redis.Redis:
+        """A raw client for looking at (and hurting) the private Redis."""
+        if self._client is None:
+            self._client = redis.Redis.from_url(
+                self.redis.url, socket_timeout=5, socket_connect_timeout=2
+            )
+        return self._client
+
+    def shards(self) -> list[ShardKeys]:
+        conf = get_settings()
+        return [
+            shard_keys(conf.key_prefix, queue.name, number)
+            for queue in conf.queues.values()
+            for number in range(queue.shards)
+        ]
+
+    # -- processes ----------------------------------------------------------------
+
+    def start(self, command: str, *args: str, label: str | None = None) -> Proc:
+        label = label or f"{command.removeprefix('delayq_')}-{len(self.procs)}"
+        log_path = self.logs / f"{len(self.procs):02d}-{label}.log"
+        with log_path.open("wb") as log:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "django", command, "-v", "1", *args],
+                env=self.env,
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        proc = Proc(label, command, args, popen, log_path)
+        self.procs.append(proc)
+        return proc
+
+    def dispatcher(self, *args: str, label: str | None = None) -> Proc:
+        return self.start(
+            "delayq_dispatch", "--lease-ttl", LEASE_TTL, *args, label=label
+        )
+
+    def worker(
+        self, *args: str, concurrency: int = 2, label: str | None = None
+    ) -> Proc:
+        return self.start(
+            "delayq_worker",
+            "--visibility-timeout",
+            VISIBILITY,
+            "--concurrency",
+            str(concurrency),
+            *args,
+            label=label,
+        )
+
+    def sweeper(
+        self, *args: str, interval: float = SWEEP_INTERVAL, label: str | None = None
+    ) -> Proc:
+        return self.start(
+            "delayq_sweep", "--interval", str(interval), *args, label=label
+        )
+
+    def in_flight(self) -> dict[int, int]:
+        """Pending (read, not yet acknowledged) entries per worker PID."""
+        counts: dict[int, int] = {}
+        for keys in self.shards():
+            try:
+                pending = self.client.xpending_range(
+                    keys.ready, GROUP, min="-", max="+", count=1000
+                )
+            except redis.ResponseError:
+                continue  # no group yet
+            for entry in pending:
+                consumer = entry["consumer"].decode()
+                pid = int(consumer.split(":")[-2])  # host:pid:token-thread
+                counts[pid] = counts.get(pid, 0) + 1
+        return counts
+
+    def wait_ready(self, *procs: Proc, seconds: float = 60) -> None:
+        """Wait until each process has logged that it serves (or swept once)."""
+        markers = {
+            "delayq_worker": "thread(s) on",
+            "delayq_dispatch": "serving",
+            "delayq_sweep": "sweep:",
+        }
+        for proc in procs:
+            marker = markers[proc.command]
+
+            def ready(proc: Proc = proc, marker: str = marker) -> bool:
+                if not proc.alive():
+                    raise AssertionError(
+                        f"{proc.label} exited with {proc.popen.returncode} while "
+                        f"starting:\n{proc.tail()}"
+                    )
+                return marker in proc.log()
+
+            wait_for(ready, seconds, f"{proc.label} ready")
+
+    def kill(self, proc: Proc, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Send ``sig`` to one process by PID; for SIGKILL, reap it."""
+        proc.expected_exit = True
+        os.kill(proc.pid, sig)
+        if sig == signal.SIGKILL:
+            proc.popen.wait(timeout=30)
+
+    def pause(self, proc: Proc) -> None:
+        proc.stopped = True
+        os.kill(proc.pid, signal.SIGSTOP)
+
+    def resume(self, proc: Proc) -> None:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.stopped = False
+
+    def dead_unexpectedly(self) -> list[str]:
+        """Processes that exited although the scenario did not stop them."""
+        return [
+            f"{p.label} (pid {p.pid}) exited with {p.popen.returncode}:\n{p.tail()}"
+            for p in self.procs
+            if not p.expected_exit and not p.alive()
+        ]
+
+    def stop_all(self) -> None:
+        """SIGKILL whatever still runs: the scenario is over and checked, and
+        a graceful stop would only cost seconds per process."""
+        for proc in self.procs:
+            if proc.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+        for proc in self.procs:
+            proc.popen.wait(timeout=30)
+
+    def close(self) -> None:
+        try:
+            self.stop_all()
+        finally:
+            if self._client is not None:
+                self._client.close()
+            self.redis.close()
+
+
+# -- scheduling -----------------------------------------------------------------
+
+
+class _Rollback(Exception):
+    pass
+
+
+@dataclass
+class Batch:
+    """Tasks a scenario scheduled: committed ones, and ones rolled back."""
+
+    committed: dict[str, DelayedTask] = field(default_factory=dict)
+    rolled_back: set[str] = field(default_factory=set)
+
+    def __iadd__(self, other: Batch) -> Batch:
+        self.committed.update(other.committed)
+        self.rolled_back |= other.rolled_back
+        return self
+
+    @property
+    def keys(self) -> set[str]:
+        return set(self.committed)
+
+
+def schedule_records(
+    prefix: str,
+    count: int,
+    *,
+    delay: Callable[[int], float] = lambda i: 0.0,
+    seconds: float = 0.0,
+    rollback_every: int = 10,
+) -> Batch:
+    """Schedule ``count`` ``record`` tasks, one transaction each.
+
+    Every ``rollback_every``-th call also schedules a task that is rolled
+    back: by its whole transaction, or by a savepoint inside a transaction
+    that commits (alternately). Those must never run (I2).
+    """
+    batch = Batch()
+    for i in range(count):
+        key = f"{prefix}-{i}"
+        kwargs = {"seconds": seconds} if seconds else None
+        if rollback_every and i % rollback_every == rollback_every - 1:
+            doomed = f"{prefix}-rolled-back-{i}"
+            batch.rolled_back.add(doomed)
+            if (i // rollback_every) % 2:
+                with contextlib.suppress(_Rollback), transaction.atomic():
+                    schedule(record, args=[doomed], delay=delay(i))
+                    raise _Rollback
+                batch.committed[key] = schedule(
+                    record, args=[key], kwargs=kwargs, delay=delay(i)
+                )
+            else:
+                with transaction.atomic():
+                    batch.committed[key] = schedule(
+                        record, args=[key], kwargs=kwargs, delay=delay(i)
+                    )
+                    with contextlib.suppress(_Rollback), transaction.atomic():
+                        schedule(record, args=[doomed], delay=delay(i))
+                        raise _Rollback
+        else:
+            batch.committed[key] = schedule(
+                record, args=[key], kwargs=kwargs, delay=delay(i)
+            )
+    return batch
+
+
+def schedule_bulk(
+    prefix: str, count: int, *, delay: Callable[[int], float], chunk: int = 1000
+) -> Batch:
+    """Schedule many ``record`` tasks through ``schedule_many``, ``chunk`` a batch."""
+    batch = Batch()
+    for start in range(0, count, chunk):
+        keys = [f"{prefix}-{i}" for i in range(start, min(start + chunk, count))]
+        calls = [
+            Call(record, args=[key], delay=delay(start + n))
+            for n, key in enumerate(keys)
+        ]
+        for key, task in zip(keys, schedule_many(calls), strict=True):
+            batch.committed[key] = task
+    # One rolled-back bulk batch too.
+    doomed = [f"{prefix}-rolled-back-{i}" for i in range(10)]
+    with contextlib.suppress(_Rollback), transaction.atomic():
+        schedule_many([Call(record, args=[key], delay=delay(0)) for key in doomed])
+        raise _Rollback
+    batch.rolled_back.update(doomed)
+    return batch
+
+
+def sweep_totals(sweeper: Proc) -> str:
+    """What a sweeper's passes repaired in total, from its log."""
+    log = sweeper.log()
+    totals = {
+        what: sum(map(int, re.findall(rf"\b{what} (\d+)", log)))
+        for what in ("replayed", "reindexed", "removed", "corrected", "recovered")
+    }
+    return "sweeper " + ", ".join(f"{what} {n}" for what, n in totals.items())
+
+
+def grep(procs: Iterable[Proc], text: str) -> list[str]:
+    """Lines of the processes' logs that contain ``text``."""
+    return [line for p in procs for line in p.log().splitlines() if text in line]
