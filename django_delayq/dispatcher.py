@@ -284,11 +284,17 @@ class Dispatcher:
             )
         fair = math.ceil(len(self.shards) / max(self._alive, 1))
         changed = False
-        for shard in self.shards:
-            renew = (shard.keys.lease,), (self.token, ttl_ms)
-            if shard.owned and self._lease(client, *renew) == 0:
-                self._lost(shard)
-                changed = True
+        # Renew every owned lease in one round trip.
+        owned_shards = [s for s in self.shards if s.owned]
+        if owned_shards:
+            pipe = client.pipeline(transaction=False)
+            for shard in owned_shards:
+                self._lease.queue(pipe, (shard.keys.lease,), (self.token, ttl_ms))
+            renewed = scripts.execute_pipeline(client, pipe, [self._lease])
+            for shard, outcome in zip(owned_shards, renewed, strict=True):
+                if outcome == 0:
+                    self._lost(shard)
+                    changed = True
         owned = sum(s.owned for s in self.shards)
         taken_now = set()
         for shard in self.shards:
