@@ -34,6 +34,7 @@ from .exceptions import (
 from .ids import shard_of, uuid7
 from .models import ACTIVE_STATUSES, DelayedTask, OutboxEntry, Status
 from .payload import check_payload
+from .rows import insert_rows, new_row
 from .sync import index_after_commit, unindex_after_commit
 from .timing import resolve_run_at
 
@@ -118,20 +119,22 @@ def schedule(
 def schedule_many(
     calls: Iterable[Call], *, using: str | None = None
 ) -> list[DelayedTask]:
-    """Schedule many tasks with one bulk INSERT and one Redis round trip.
+    """Schedule many tasks with one bulk write and one Redis round trip.
 
     All calls are validated before anything is written; a bad call or a held
     key fails the whole batch.
     """
     tasks = []
     seen_keys: dict[str, int] = {}
+    now = timezone.now()
+    targets: dict[tuple[Any, ...], _Target] = {}
     for position, call in enumerate(calls):
         if not isinstance(call, Call):
             raise TypeError(
                 f"schedule_many() takes Call objects; item {position} is a "
                 f"{type(call).__name__}."
             )
-        task = _prepare(call)
+        task = _prepare(call, now, targets)
         if task.key is not None:
             if task.key in seen_keys:
                 raise DuplicateTask(
@@ -145,7 +148,7 @@ def schedule_many(
         return []
     db = _db(using)
     with _key_clash_as_duplicate(seen_keys, db), transaction.atomic(using=db):
-        DelayedTask.objects.using(db).bulk_create(tasks, batch_size=1000)
+        insert_rows(tasks, db)
         index_after_commit(tasks, OutboxEntry.Action.SCHEDULE, db)
         signals.send_on_commit(signals.task_scheduled, tasks, db)
     return tasks
@@ -238,15 +241,62 @@ def reschedule(
     return row
 
 
-def _prepare(call: Call) -> DelayedTask:
-    """Validate one call and return its unsaved row (no I/O)."""
+@dataclass(frozen=True)
+class _Target:
+    """What a call resolves to before its payload: task name, queue, attempts."""
+
+    name: str
+    queue: str
+    shards: int
+    max_attempts: int
+
+
+def _target(call: Call) -> _Target:
     settings = get_settings()
     registered = registry.resolve(call.task)
     queue_name = call.queue if call.queue is not None else registered.queue
     queue = settings.queue("default" if queue_name is None else queue_name)
-    run_at = resolve_run_at(call.delay, call.eta)
+    max_attempts = call.max_attempts
+    if max_attempts is None:
+        max_attempts = registered.max_attempts or settings.max_attempts
+    registry.validate_max_attempts(max_attempts, where="max_attempts=")
+    return _Target(registered.name, queue.name, queue.shards, max_attempts)
+
+
+def _prepare(
+    call: Call,
+    now: datetime.datetime | None = None,
+    targets: dict[tuple[Any, ...], _Target] | None = None,
+) -> DelayedTask:
+    """Validate one call and return its unsaved row (no I/O).
+
+    ``schedule_many()`` passes one ``now`` for the whole batch (every delay
+    counts from the same instant, and the clock is read once) and a
+    ``targets`` cache, so that a batch of calls to the same task resolves the
+    task, queue and attempts once.
+    """
+    if targets is None:
+        target = _target(call)
+    else:
+        # Only hashable, well-typed lookups are cached; anything else takes
+        # the checked path and gets its precise error there.
+        cacheable = (
+            isinstance(call.task, registry.Task | str)
+            and isinstance(call.queue, str | None)
+            and isinstance(call.max_attempts, int | None)
+        )
+        cache_key = (call.task, call.queue, call.max_attempts)
+        found = targets.get(cache_key) if cacheable else None
+        if found is None:
+            found = _target(call)
+            if cacheable:
+                targets[cache_key] = found
+        target = found
+    if now is None:
+        now = timezone.now()
+    run_at = resolve_run_at(call.delay, call.eta, now=now)
     args, kwargs = check_payload(
-        call.args, call.kwargs, max_bytes=settings.max_payload_bytes
+        call.args, call.kwargs, max_bytes=get_settings().max_payload_bytes
     )
     if call.key is not None and (
         not isinstance(call.key, str) or not 0 < len(call.key) <= MAX_KEY_LENGTH
@@ -255,21 +305,28 @@ def _prepare(call: Call) -> DelayedTask:
             f"key= must be a non-empty string of at most {MAX_KEY_LENGTH} "
             f"characters; got {call.key!r}."
         )
-    max_attempts = call.max_attempts
-    if max_attempts is None:
-        max_attempts = registered.max_attempts or settings.max_attempts
-    registry.validate_max_attempts(max_attempts, where="max_attempts=")
     task_id = uuid7()
-    return DelayedTask(
-        id=task_id,
-        name=registered.name,
-        queue=queue.name,
-        shard=shard_of(task_id, queue.shards),
-        args=args,
-        kwargs=kwargs,
-        key=call.key,
-        run_at=run_at,
-        max_attempts=max_attempts,
+    return new_row(
+        {
+            "id": task_id,
+            "name": target.name,
+            "queue": target.queue,
+            "shard": shard_of(task_id, target.shards),
+            "args": args,
+            "kwargs": kwargs,
+            "key": call.key,
+            "run_at": run_at,
+            "status": Status.SCHEDULED,
+            "attempts": 0,
+            "max_attempts": target.max_attempts,
+            "claim_entry": "",
+            "created_at": now,
+            "started_at": None,
+            "finished_at": None,
+            "result": None,
+            "last_error": "",
+            "last_traceback": "",
+        }
     )
 
 
@@ -411,3 +468,4 @@ def _db(using: str | None) -> str:
             "commits. Wrap the call in transaction.atomic() instead."
         )
     return db
+

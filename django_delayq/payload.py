@@ -59,8 +59,14 @@ def check_payload(
     return clean_args, clean_kwargs
 
 
+#: One encoder for every call: ``json.dumps()`` with options builds a new one
+#: each time, which dominates the cost for the small payloads tasks carry.
+encode_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def encoded_size(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    text = encode_json(value)
+    return len(text) if text.isascii() else len(text.encode())
 
 
 def _check(value: Any, where: str, depth: int) -> Any:

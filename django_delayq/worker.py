@@ -22,10 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import redis
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import DatabaseError, connections
 
 from . import registry
 from .conf import get_settings
+from .dbconn import recycle_connections
 from .execution import Disposition, execute
 from .store import streams
 from .store.connection import get_client
@@ -33,6 +34,9 @@ from .store.keys import shard_keys
 from .timing import retry_pause
 
 logger = logging.getLogger(__name__)
+
+#: Entries a thread reads from each stream at once, unless told otherwise.
+DEFAULT_PREFETCH = 4
 
 #: How long a read blocks on the server: also how long a graceful stop may
 #: wait for an idle thread to notice it.
@@ -52,6 +56,10 @@ class Worker:
 
     :param queues: queue names; ``None`` serves every configured queue.
     :param concurrency: threads, each running one task at a time.
+    :param prefetch: entries a thread reads from each ready stream at once;
+        those it does not start at once wait (heartbeated) for the next free
+        thread of this worker. More saves Redis round trips under load; fewer
+        leaves more for other workers when tasks are long.
     :param visibility_timeout: seconds an entry may go without a heartbeat
         before another worker reclaims it; defaults to
         ``DELAYQ["VISIBILITY_TIMEOUT"]``.
@@ -62,6 +70,7 @@ class Worker:
         queues: Sequence[str] | None = None,
         *,
         concurrency: int = 1,
+        prefetch: int = DEFAULT_PREFETCH,
         visibility_timeout: float | None = None,
     ) -> None:
         settings = get_settings()
@@ -70,6 +79,9 @@ class Worker:
         if not 1 <= concurrency <= 256:
             raise ValueError(f"concurrency must be from 1 to 256; got {concurrency}.")
         self.concurrency = concurrency
+        if not 1 <= prefetch <= 1000:
+            raise ValueError(f"prefetch must be from 1 to 1000; got {prefetch}.")
+        self.prefetch = prefetch
         if visibility_timeout is not None and not visibility_timeout > 0:
             raise ValueError(
                 f"visibility_timeout must be a positive number of seconds; "
@@ -249,8 +261,8 @@ class Worker:
     ) -> streams.Entry | None:
         """The next entry to run: from this process's backlog, or read anew.
 
-        One read returns up to one entry per stream. The first is run by the
-        thread that read it; the others wait in a backlog any idle thread
+        One read returns up to ``prefetch`` entries per stream. The first is
+        run by the thread that read it; the others wait in a backlog any idle thread
         takes from, and count as in flight (heartbeated) from the moment
         they are read.
         """
@@ -263,7 +275,7 @@ class Worker:
                 client,
                 consumer,
                 self.streams,
-                count=1,
+                count=self.prefetch,
                 block_ms=None if once else READ_BLOCK_MS,
             )
         if not entries:
@@ -290,17 +302,18 @@ class Worker:
             self._count("dead_lettered")
             self._done(entry)
             return
-        # As Django does around a request: drop connections that broke or
-        # outlived CONN_MAX_AGE before and after each task. A database error
-        # propagates with the entry still in flight (see _consume).
-        close_old_connections()
+        # Drop connections that broke (or outlived a positive CONN_MAX_AGE)
+        # before and after each task, but reuse healthy ones: see dbconn. A
+        # database error propagates with the entry still in flight (see
+        # _consume).
+        recycle_connections()
         outcome = execute(
             task_id,
             entry_id=entry.entry_id.decode(),
             reclaimed=entry.reclaimed,
             early_wait=min(self.visibility_timeout / 3, 5.0),
         )
-        close_old_connections()
+        recycle_connections()
         try:
             if outcome.disposition is Disposition.LEAVE:
                 pass

@@ -14,6 +14,7 @@ from types import FrameType
 from django.core.management.base import CommandError, CommandParser
 
 from ..exceptions import DelayQueueException
+from ..worker import DEFAULT_PREFETCH
 
 _LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
@@ -54,6 +55,26 @@ def add_queue_option(parser: CommandParser) -> None:
         dest="queues",
         metavar="NAME",
         help="A queue to serve (repeatable). Default: every configured queue.",
+    )
+
+
+def add_worker_options(parser: CommandParser) -> None:
+    """``--concurrency`` and ``--prefetch``, shared by the commands that run tasks."""
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="Threads, each running one task at a time (default 1).",
+    )
+    parser.add_argument(
+        "--prefetch",
+        type=int,
+        default=DEFAULT_PREFETCH,
+        help=(
+            "Entries a thread reads from each ready stream at once (default "
+            f"{DEFAULT_PREFETCH}): more saves Redis round trips under load, "
+            "fewer shares long tasks better between workers."
+        ),
     )
 
 

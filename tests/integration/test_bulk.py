@@ -61,3 +61,40 @@ def test_empty_batch_and_wrong_items():
     assert schedule_many([]) == []
     with pytest.raises(TypeError, match="Call objects"):
         schedule_many([(add, [1, 2])])  # type: ignore[list-item]
+
+
+def test_bulk_rows_read_back_exactly_as_returned(redis_client):
+    payloads = [
+        ([1, "två", None, True, 2.5], {"nested": {"list": [1, [2, {"x": "é"}]]}}),
+        (["quote \" back\\slash \t tab \n newline"], {}),
+        ([], {"empty": [], "obj": {}}),
+    ]
+    calls = [
+        Call(add, args=args, kwargs=kwargs, delay=30, key=f"read-back-{n}")
+        for n, (args, kwargs) in enumerate(payloads)
+    ]
+    tasks = schedule_many(calls)
+    for task in tasks:
+        stored = DelayedTask.objects.get(pk=task.pk)
+        for field in DelayedTask._meta.concrete_fields:
+            assert getattr(stored, field.attname) == getattr(task, field.attname), (
+                field.name
+            )
+        assert not task._state.adding
+
+
+def test_bulk_rows_go_through_init_when_someone_listens_to_post_init(redis_client):
+    from django.db.models.signals import post_init
+
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance.pk)
+
+    post_init.connect(receiver, sender=DelayedTask)
+    try:
+        tasks = schedule_many([Call(add, args=[i, i], delay=5) for i in range(3)])
+    finally:
+        post_init.disconnect(receiver, sender=DelayedTask)
+    assert seen == [task.pk for task in tasks]
+    assert DelayedTask.objects.filter(pk__in=seen).count() == 3

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django_delayq.dispatcher import Dispatcher
 from django_delayq.management.lifecycle import (
     add_queue_option,
+    add_worker_options,
     command_context,
     option_errors,
 )
@@ -23,17 +24,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         add_queue_option(parser)
-        parser.add_argument(
-            "--concurrency",
-            type=int,
-            default=1,
-            help="Worker threads (default 1).",
-        )
+        add_worker_options(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         with option_errors():
             dispatcher = Dispatcher(options["queues"])
-            worker = Worker(options["queues"], concurrency=options["concurrency"])
+            worker = Worker(
+                options["queues"],
+                concurrency=options["concurrency"],
+                prefetch=options["prefetch"],
+            )
             sweeper = Sweeper()
 
         def stop() -> None:

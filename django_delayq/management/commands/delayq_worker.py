@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from django_delayq.management.lifecycle import (
     add_queue_option,
+    add_worker_options,
     command_context,
     option_errors,
 )
@@ -17,12 +18,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         add_queue_option(parser)
-        parser.add_argument(
-            "--concurrency",
-            type=int,
-            default=1,
-            help="Threads, each running one task at a time (default 1).",
-        )
+        add_worker_options(parser)
         parser.add_argument(
             "--visibility-timeout",
             type=float,
@@ -40,6 +36,7 @@ class Command(BaseCommand):
             worker = Worker(
                 options["queues"],
                 concurrency=options["concurrency"],
+                prefetch=options["prefetch"],
                 visibility_timeout=options["visibility_timeout"],
             )
         with command_context(worker.stop, "delayq_worker", options["verbosity"]):
