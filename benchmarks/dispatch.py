@@ -17,6 +17,7 @@ Every loop is bounded in count and time.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -24,17 +25,14 @@ import threading
 import time
 import uuid
 
+from benchmarks.stats import percentile
+
 
 def setup() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
     import django
 
     django.setup()
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def lateness(n: int, window: float, lead: float = 1.0) -> dict[str, float]:
@@ -75,6 +73,7 @@ def lateness(n: int, window: float, lead: float = 1.0) -> dict[str, float]:
     assert min(late) >= 0, "a task was moved before it was due"
     return {
         "p50": percentile(late, 0.50),
+        "p90": percentile(late, 0.90),
         "p99": percentile(late, 0.99),
         "max": max(late),
     }
@@ -166,8 +165,27 @@ def main() -> int:
     parser.add_argument("--backlog", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--idle-seconds", type=float, default=30.0)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     setup()
+    if args.json:
+        steady = lateness(args.tasks, args.window)
+        light = lateness(max(25, int(25 * args.window)), args.window)
+        ours, base = move_rate(args.backlog, args.repeats)
+        idle = idle_commands(args.idle_seconds)
+        print(
+            json.dumps(
+                {
+                    "steady": {"n": args.tasks, "window_s": args.window, **steady},
+                    "light": {"n": max(25, int(25 * args.window)), **light},
+                    "move_rate": ours,
+                    "move_rate_baseline": base,
+                    "idle_dispatcher_cmds_per_s": idle["dispatcher"],
+                    "idle_worker_cmds_per_s": idle["worker"],
+                }
+            )
+        )
+        return 0
     import redis
 
     version = redis.Redis.from_url(os.environ["DELAYQ_REDIS_URL"]).info()[

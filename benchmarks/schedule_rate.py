@@ -16,6 +16,7 @@ Every loop is bounded by a task count; nothing runs unbounded.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -120,6 +121,7 @@ def main() -> int:
     parser.add_argument("--single", type=int, default=2000, help="tasks per single run")
     parser.add_argument("--bulk", type=int, default=20000, help="tasks per bulk run")
     parser.add_argument("--repeats", type=int, default=6, help="rounds (median)")
+    parser.add_argument("--json", action="store_true", help="print one JSON list")
     args = parser.parse_args()
     if args.db is None:
         # One process per database: Django is configured once per process.
@@ -130,8 +132,20 @@ def main() -> int:
             argv = [sys.executable, "-m", "benchmarks.schedule_rate", "--db", db]
             argv += ["--single", str(args.single), "--bulk", str(args.bulk)]
             argv += ["--repeats", str(args.repeats)]
+            argv += ["--json"] if args.json else []
             code |= subprocess.call(argv)
         return code
+    if args.json:
+        results = run(args.db, args.single, args.bulk, args.repeats)
+        print(
+            json.dumps(
+                [
+                    {"db": args.db, "what": label, "ours": ours, "baseline": base}
+                    for label, ours, base in results
+                ]
+            )
+        )
+        return 0
     print(f"\n{args.db}: median of {args.repeats} runs")
     print("| what | django-delayq tasks/s | baseline tasks/s | ratio |")
     print("|---|---:|---:|---:|")

@@ -35,6 +35,7 @@ from .conf import get_settings
 from .exceptions import InvalidPayload, TaskNotRegistered
 from .models import DelayedTask, OutboxEntry, Status
 from .payload import check_value
+from .rows import claim_due, update_attempt
 from .sync import index_after_commit
 from .timing import ceil_ms
 
@@ -79,7 +80,12 @@ def execute(
     Database errors propagate: the caller keeps the entry and tries again.
     """
     db = _db()
+    # The common case first: a scheduled task, due by our clock, claimed in
+    # one UPDATE ... RETURNING. Anything else takes the read-then-claim path.
     # Always the primary: a replica may not have the row yet.
+    row = claim_due(task_id, entry_id, timezone.now(), db)
+    if row is not None:
+        return _start(row, row.attempts)
     row = DelayedTask.objects.using(db).filter(pk=task_id).first()
     if row is None:
         return Outcome(Disposition.DEAD, "no task row has this id")
@@ -114,6 +120,11 @@ def execute(
     attempt = _claim(row, entry_id)
     if attempt is None:
         return DONE  # another worker, a cancel or a reschedule won
+    return _start(row, attempt)
+
+
+def _start(row: DelayedTask, attempt: int) -> Outcome:
+    """Run attempt ``attempt`` of a row this worker has just claimed."""
     try:
         registered = registry.get(row.name)
     except TaskNotRegistered as exc:
@@ -224,16 +235,17 @@ def _succeed(row: DelayedTask, attempt: int, result: Any) -> None:
         logger.warning("task %s: %s; it is not stored", row.pk, exc)
         stored = None
     now = timezone.now()
-    updated = (
-        DelayedTask.objects.using(_db())
-        .filter(pk=row.pk, status=Status.RUNNING, attempts=attempt)
-        .update(
-            status=Status.SUCCEEDED,
-            finished_at=now,
-            result=stored,
-            last_error="",
-            last_traceback="",
-        )
+    updated = update_attempt(
+        row.pk,
+        attempt,
+        {
+            "status": Status.SUCCEEDED,
+            "finished_at": now,
+            "result": stored,
+            "last_error": "",
+            "last_traceback": "",
+        },
+        _db(),
     )
     if not updated:
         raise _Fenced

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import connections
+from django.db.models import Field
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
@@ -101,3 +102,80 @@ def _copy(tasks: Sequence[DelayedTask], connection: Any) -> None:
                         if row[position] is not None:
                             row[position] = encode_json(row[position])
                     copy.write_row(row)
+
+
+def _field(name: str) -> Field[Any, Any]:
+    found = DelayedTask._meta.get_field(name)
+    assert isinstance(found, Field)
+    return found
+
+
+def _column(name: str, connection: Any) -> str:
+    column = _field(name).column
+    assert column is not None
+    return str(connection.ops.quote_name(column))
+
+
+def _prep(name: str, value: Any, connection: Any) -> Any:
+    return _field(name).get_db_prep_save(value, connection)
+
+
+def claim_due(task_id: Any, entry_id: str, now: Any, using: str) -> DelayedTask | None:
+    """Claim a scheduled, due task and return its row, in one round trip.
+
+    ``UPDATE ... RETURNING``: the row moves ``scheduled -> running`` with
+    ``attempts + 1`` only if it is scheduled and due by ``now``, exactly the
+    fence of the two-step claim (read, then conditional UPDATE), which stays
+    the path for everything else (early, running, finished rows). Returns
+    None when nothing was claimed, or when the database cannot return rows
+    from an UPDATE (SQLite before 3.35).
+    """
+    connection = connections[using]
+    if not connection.features.can_return_columns_from_insert:
+        return None
+    meta = DelayedTask._meta
+    status, attempts, started_at, claim_entry, pk, run_at = (
+        _column(name, connection)
+        for name in ("status", "attempts", "started_at", "claim_entry", "id", "run_at")
+    )
+    returning = ", ".join(_column(f.name, connection) for f in meta.concrete_fields)
+    sql = (
+        f"UPDATE {connection.ops.quote_name(meta.db_table)} SET {status} = %s, "
+        f"{attempts} = {attempts} + 1, {started_at} = %s, {claim_entry} = %s "
+        f"WHERE {pk} = %s AND {status} = %s AND {run_at} <= %s "
+        f"RETURNING {returning}"
+    )
+    moment = _prep("started_at", now, connection)
+    params = [
+        "running",
+        moment,
+        entry_id,
+        _prep("id", task_id, connection),
+        "scheduled",
+        moment,
+    ]
+    # raw() applies the fields' from-database conversions (JSON, datetimes).
+    return next(iter(DelayedTask.objects.using(using).raw(sql, params)), None)
+
+
+def update_attempt(
+    task_id: Any, attempt: int, values: dict[str, Any], using: str
+) -> bool:
+    """Set ``values`` on a running task if ``attempt`` is still its attempt.
+
+    The outcome fence of every attempt, as one prepared UPDATE: ``values``
+    maps field names to Python values. True if the row was updated.
+    """
+    connection = connections[using]
+    assignments = ", ".join(f"{_column(name, connection)} = %s" for name in values)
+    sql = (
+        f"UPDATE {connection.ops.quote_name(DelayedTask._meta.db_table)} "
+        f"SET {assignments} WHERE {_column('id', connection)} = %s "
+        f"AND {_column('status', connection)} = %s "
+        f"AND {_column('attempts', connection)} = %s"
+    )
+    params = [_prep(name, value, connection) for name, value in values.items()]
+    params += [_prep("id", task_id, connection), "running", attempt]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return bool(cursor.rowcount)

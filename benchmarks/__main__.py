@@ -1,0 +1,239 @@
+"""Run every benchmark in one invocation and write the report.
+
+    python -m benchmarks            # full run (~30 min), writes docs/benchmarks.md
+    python -m benchmarks --quick    # small N, a couple of minutes, prints only
+
+Starts its own redis-server and PostgreSQL on loopback (tools.servers) and
+stops them after; every measurement runs in a subprocess of its own (Django is
+configured once per process) and every loop in them is bounded in count and
+time. Each figure comes with a baseline measured in this same run: raw
+redis-py, the ORM written by hand, or the peers (Celery, RQ, Dramatiq, Huey,
+from the ``bench`` dependency group).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.report import Plan, render
+from tools.servers import PostgresServer, RedisServer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FULL = Plan(
+    schedule_single=2_000,
+    schedule_bulk=20_000,
+    schedule_repeats=5,
+    dispatch_tasks=10_000,
+    dispatch_backlog=100_000,
+    idle_seconds=30.0,
+    light=(25, 10.0),
+    steady=(1_000, 10.0),
+    burst=(20_000, 2.0),
+    workers=(1, 2, 4),
+    repeats=3,
+    sizes=(10_000, 100_000, 1_000_000),
+    peers_schedule=20_000,
+    time_limit=60.0,
+)
+QUICK = Plan(
+    schedule_single=200,
+    schedule_bulk=2_000,
+    schedule_repeats=2,
+    dispatch_tasks=1_000,
+    dispatch_backlog=10_000,
+    idle_seconds=5.0,
+    light=(25, 2.0),
+    steady=(500, 2.0),
+    burst=(2_000, 1.0),
+    workers=(1,),
+    repeats=1,
+    sizes=(1_000, 5_000),
+    peers_schedule=500,
+    time_limit=15.0,
+)
+
+
+def _child(env: dict[str, str], *argv: str, timeout: float) -> Any:
+    """Run ``python -m <argv>``; return the JSON its last stdout line holds."""
+    done = subprocess.run(
+        [sys.executable, "-m", *argv],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=timeout,
+        check=True,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    return json.loads(lines[-1])
+
+
+def _median_of(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {
+        key: statistics.median(run[key] for run in runs)
+        for key in runs[0]
+        if isinstance(runs[0][key], int | float)
+    }
+
+
+def _say(message: str) -> None:
+    print(f"benchmarks: {message}", file=sys.stderr, flush=True)
+
+
+def measure(plan: Plan, *, peers: bool) -> dict[str, Any]:
+    results: dict[str, Any] = {"plan": plan.as_dict(), "started": time.time()}
+    with RedisServer() as redis, PostgresServer() as pg:
+        env = dict(
+            os.environ,
+            DELAYQ_REDIS_URL=redis.url,
+            DELAYQ_PG_HOST=pg.host,
+            DELAYQ_PG_PORT=str(pg.port),
+            DELAYQ_PG_USER=pg.user,
+            DELAYQ_PG_NAME=pg.dbname,
+            DJANGO_SETTINGS_MODULE="benchmarks.settings",
+            PYTHONPATH=str(ROOT),
+        )
+        _say("schedule throughput (SQLite, PostgreSQL)")
+        results["schedule"] = [
+            _child(
+                env,
+                "benchmarks.schedule_rate",
+                "--db",
+                db,
+                "--single",
+                str(plan.schedule_single),
+                "--bulk",
+                str(plan.schedule_bulk),
+                "--repeats",
+                str(plan.schedule_repeats),
+                "--json",
+                timeout=1800,
+            )
+            for db in ("sqlite", "postgres")
+        ]
+        _say("dispatch: fire lateness, move rate, idle cost")
+        results["dispatch"] = _child(
+            env,
+            "benchmarks.dispatch",
+            "--json",
+            "--tasks",
+            str(plan.dispatch_tasks),
+            "--window",
+            str(plan.steady[1]),
+            "--backlog",
+            str(plan.dispatch_backlog),
+            "--idle-seconds",
+            str(plan.idle_seconds),
+            timeout=1800,
+        )
+        results["end_to_end"] = []
+        scenarios = [
+            ("light", plan.light[0] * plan.light[1], plan.light[1], (1,)),
+            ("steady", plan.steady[0] * plan.steady[1], plan.steady[1], (1,)),
+            ("burst", plan.burst[0], plan.burst[1], plan.workers),
+        ]
+        for label, n, window, worker_counts in scenarios:
+            for workers in worker_counts:
+                _say(f"end to end: {label}, {int(n):,} tasks, {workers} worker(s)")
+                runs = [
+                    _child(
+                        env,
+                        "benchmarks.end_to_end",
+                        "--db",
+                        "postgres",
+                        "--tasks",
+                        str(int(n)),
+                        "--window",
+                        str(window),
+                        "--workers",
+                        str(workers),
+                        "--time-limit",
+                        str(plan.time_limit),
+                        "--json",
+                        timeout=600,
+                    )
+                    for _ in range(plan.repeats)
+                ]
+                results["end_to_end"].append(
+                    {"scenario": label, "window_s": window, **_median_of(runs)}
+                )
+        _say("footprint and growth: " + ", ".join(f"{s:,}" for s in plan.sizes))
+        results["footprint"] = _child(
+            env,
+            "benchmarks.footprint",
+            "--db",
+            "postgres",
+            "--sizes",
+            *map(str, plan.sizes),
+            "--json",
+            timeout=3600,
+        )
+    if peers:
+        results["peers"] = _peers(plan)
+    results["finished"] = time.time()
+    return results
+
+
+def _peers(plan: Plan) -> list[dict[str, Any]]:
+    from benchmarks.peers import PEERS, run_peer
+
+    found = []
+    for name in PEERS:
+        for tuned in (False, True):
+            _say(f"peer: {name}{' (tuned)' if tuned else ''}")
+            found.append(
+                run_peer(
+                    name,
+                    n_schedule=plan.peers_schedule,
+                    light=plan.light,
+                    steady=plan.steady,
+                    burst_n=plan.burst[0],
+                    burst_window_s=plan.burst[1],
+                    workers=1,
+                    idle_seconds=plan.idle_seconds,
+                    memory_n=plan.sizes[0],
+                    tuned=tuned,
+                    time_limit_s=plan.time_limit,
+                )
+            )
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small N, prints only")
+    parser.add_argument("--no-peers", action="store_true", help="skip the peers")
+    parser.add_argument(
+        "--write",
+        type=Path,
+        default=None,
+        help="write the markdown report here (full run: docs/benchmarks.md)",
+    )
+    parser.add_argument("--json", type=Path, default=None, help="also save raw JSON")
+    args = parser.parse_args()
+    plan = QUICK if args.quick else FULL
+    command = "python -m benchmarks" + (" --quick" if args.quick else "")
+    results = measure(plan, peers=not args.no_peers)
+    results["command"] = command
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    report = render(results)
+    print(report)
+    target = args.write or (None if args.quick else ROOT / "docs" / "benchmarks.md")
+    if target is not None:
+        target.write_text(report)
+        _say(f"wrote {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

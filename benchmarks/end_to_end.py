@@ -1,0 +1,174 @@
+"""End to end: tasks scheduled ahead, run by real dispatcher and worker processes.
+
+A scenario schedules N tasks (``schedule_many()``, before the first is due)
+whose run_at values are spread evenly over a window, with a dispatcher and W
+worker processes (``delayq_dispatch``, ``delayq_worker``) already running,
+then waits (bounded) until every row has finished. Lateness is read from the
+rows: ``started_at - run_at``, the time from when a task was due to when a
+worker started it, both on this machine's clock (the same measure the peers
+get: the moment the task function starts). Completed/s is tasks finished
+divided by the time from the first due time to the last finish.
+
+    python -m tools.servers run --redis --postgres -- \\
+        python -m benchmarks.end_to_end --db postgres --tasks 20000 --window 2
+
+Prints one JSON object (``--json``) or a line per scenario.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from benchmarks.stats import lateness_summary
+
+
+def setup(db: str) -> None:
+    os.environ["DELAYQ_BENCH_DB"] = db
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+
+
+def _command(name: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "django", name, *args]
+
+
+@contextmanager
+def running(workers: int, prefetch: int | None = None) -> Iterator[None]:
+    """A dispatcher and ``workers`` worker processes, stopped on exit by PID."""
+    import redis
+
+    client = redis.Redis.from_url(os.environ["DELAYQ_REDIS_URL"])
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    extra = [] if prefetch is None else ["--prefetch", str(prefetch)]
+    argvs = [_command("delayq_dispatch", "-v", "0")]
+    argvs += [_command("delayq_worker", "-v", "0", *extra) for _ in range(workers)]
+    processes = [
+        subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL) for argv in argvs
+    ]
+    try:
+        # Ready when every worker blocks in its first read and the dispatcher
+        # holds the shard's lease.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if any(p.poll() is not None for p in processes):
+                raise RuntimeError("a benchmark process exited during start-up")
+            reading = sum(
+                1 for c in client.client_list() if c.get("cmd") == "xreadgroup"
+            )
+            if reading >= workers and client.exists("delayq:{default:0}:lease"):
+                break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError("dispatcher and workers did not start within 60 s")
+        yield
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def scenario(
+    n: int, window: float, workers: int, time_limit: float, prefetch: int | None = None
+) -> dict[str, float]:
+    """Run ``n`` tasks due evenly over ``window`` seconds; return the figures."""
+    import redis
+    from django.db import connection
+    from django.utils import timezone
+
+    from benchmarks.benchapp.tasks import noop
+    from django_delayq import Call, schedule_many
+    from django_delayq.models import DelayedTask, Status
+
+    client = redis.Redis.from_url(os.environ["DELAYQ_REDIS_URL"])
+    client.flushall()
+    DelayedTask.objects.all().delete()
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("VACUUM ANALYZE django_delayq_delayedtask")
+    with running(workers, prefetch):
+        # Scheduling must be over before the first task is due: allow for a
+        # slow bulk rate (5,000/s) plus a second.
+        lead = 1.0 + n / 5000
+        first = timezone.now() + datetime.timedelta(seconds=lead)
+        step = datetime.timedelta(seconds=window / n)
+        for start in range(0, n, 5000):
+            schedule_many(
+                Call(noop, args=[i], eta=first + step * i)
+                for i in range(start, min(n, start + 5000))
+            )
+        scheduled = timezone.now()
+        if scheduled > first:
+            raise RuntimeError("scheduling took longer than its lead; raise it")
+        deadline = time.monotonic() + lead + window + time_limit
+        pending = n
+        while time.monotonic() < deadline:
+            pending = DelayedTask.objects.filter(
+                status__in=[Status.SCHEDULED, Status.RUNNING]
+            ).count()
+            if not pending:
+                break
+            time.sleep(0.2)
+    rows = list(
+        DelayedTask.objects.filter(status=Status.SUCCEEDED).values_list(
+            "run_at", "started_at", "finished_at"
+        )
+    )
+    late = [(started - run_at).total_seconds() * 1000 for run_at, started, _ in rows]
+    summary = lateness_summary(late, n)
+    if rows:
+        span = (max(f for _, _, f in rows) - min(r for r, _, _ in rows)).total_seconds()
+        summary["completed_per_s"] = len(rows) / max(span, 1e-3)
+    else:
+        summary["completed_per_s"] = 0.0
+    summary["unfinished"] = pending
+    summary["workers"] = workers
+    return summary
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", choices=["sqlite", "postgres"], default="postgres")
+    parser.add_argument("--tasks", type=int, default=20_000)
+    parser.add_argument("--window", type=float, default=2.0, help="seconds")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--prefetch", type=int, default=None)
+    parser.add_argument("--time-limit", type=float, default=120.0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    setup(args.db)
+    result = scenario(
+        args.tasks, args.window, args.workers, args.time_limit, args.prefetch
+    )
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(
+            f"{args.db}: {args.tasks:,} due over {args.window} s, "
+            f"{args.workers} worker(s): "
+            + ", ".join(f"{k}={v:,.1f}" for k, v in result.items())
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,266 @@
+"""The plan of a benchmark run and the markdown report of its results."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes of one run; FULL and QUICK in ``benchmarks.__main__``."""
+
+    schedule_single: int
+    schedule_bulk: int
+    schedule_repeats: int
+    dispatch_tasks: int
+    dispatch_backlog: int
+    idle_seconds: float
+    light: tuple[int, float]  # tasks per second, seconds
+    steady: tuple[int, float]
+    burst: tuple[int, float]  # tasks, window in seconds
+    workers: tuple[int, ...]
+    repeats: int
+    sizes: tuple[int, ...]
+    peers_schedule: int
+    time_limit: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    if value is None or value != value:  # None or NaN
+        return "n/a"
+    return f"{value:,.{digits}f}"
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _run(*argv: str) -> str:
+    try:
+        return subprocess.run(
+            argv, capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def machine() -> list[str]:
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+        with open("/proc/meminfo") as info:
+            memory_kb = int(info.readline().split()[1])
+    except OSError:
+        memory_kb = 0
+    debian = _run("cat", "/etc/debian_version")
+    from tools.servers import _pg_bindir, _redis_binary
+
+    redis_version = _run(_redis_binary(), "--version").split(" v=")[-1].split()[0]
+    postgres = _run(str(_pg_bindir() / "postgres"), "--version")
+    return [
+        f"- Machine: {cpu}, {os.cpu_count()} cores, "
+        f"{memory_kb / 1024 / 1024:.0f} GiB, Linux {platform.release()}, "
+        f"Debian {debian}",
+        f"- Servers: redis-server {redis_version}, {postgres} (fsync off, as "
+        f"tools.servers starts it), SQLite {__import__('sqlite3').sqlite_version}",
+        f"- Python {sys.version.split()[0]}, Django {_version('django')}, "
+        f"django-delayq {_version('django-delayq')}, redis-py {_version('redis')}, "
+        f"hiredis {_version('hiredis')}, psycopg {_version('psycopg')}",
+    ]
+
+
+def _schedule(results: dict[str, Any]) -> list[str]:
+    lines = [
+        "## Schedule throughput",
+        "",
+        "Baseline: the same row written with the ORM by hand "
+        "(`DelayedTask.objects.create()` + one `ZADD`; `bulk_create()` of 1,000 "
+        "+ a pipelined `ZADD`), in the same run, rounds interleaved.",
+        "",
+        "| database | call | django-delayq tasks/s | baseline tasks/s | ratio |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for per_db in results["schedule"]:
+        for row in per_db:
+            lines.append(
+                f"| {row['db']} | {row['what']} | {_num(row['ours'])} "
+                f"| {_num(row['baseline'])} | {row['ours'] / row['baseline']:.2f} |"
+            )
+    return [*lines, ""]
+
+
+def _dispatch(results: dict[str, Any]) -> list[str]:
+    d = results["dispatch"]
+    return [
+        "## Dispatch",
+        "",
+        "Fire lateness of the dispatcher alone: ready-stream entry time minus "
+        "due score, both on Redis' clock (ms).",
+        "",
+        "| load | p50 | p90 | p99 | max |",
+        "|---|---:|---:|---:|---:|",
+        f"| light: {d['light']['n']:,} due at 25/s | {_num(d['light']['p50'])} "
+        f"| {_num(d['light']['p90'])} | {_num(d['light']['p99'])} "
+        f"| {_num(d['light']['max'])} |",
+        f"| steady: {d['steady']['n']:,} due over {d['steady']['window_s']:.0f} s "
+        f"| {_num(d['steady']['p50'])} | {_num(d['steady']['p90'])} "
+        f"| {_num(d['steady']['p99'])} | {_num(d['steady']['max'])} |",
+        "",
+        f"Move rate (due-set to ready stream, batches of 1,000): "
+        f"`delayq_dispatch --once` {_num(d['move_rate'])} ids/s, the same Lua in a "
+        f"bare redis-py loop {_num(d['move_rate_baseline'])} ids/s "
+        f"(**{d['move_rate'] / d['move_rate_baseline']:.2f}x**).",
+        "",
+        f"Idle cost, nothing due (INFO total_commands_processed, commands inside "
+        f"scripts included): one dispatcher "
+        f"**{d['idle_dispatcher_cmds_per_s']:.2f}** commands/s (lease renewals "
+        f"included), one worker thread {d['idle_worker_cmds_per_s']:.2f}.",
+        "",
+    ]
+
+
+def _end_to_end(results: dict[str, Any]) -> list[str]:
+    lines = [
+        "## End to end (PostgreSQL)",
+        "",
+        "Tasks scheduled ahead with `schedule_many()`, due evenly over the window, "
+        "run by a `delayq_dispatch` and W `delayq_worker` processes (1 thread, "
+        "default prefetch). Lateness = the row's `started_at - run_at` (ms); "
+        "done/s = tasks finished / (last finish - first due). Medians of "
+        f"{results['plan']['repeats']} runs.",
+        "",
+        "| scenario | W | tasks | fired | p50 | p90 | p99 | max | done/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in results["end_to_end"]:
+        lines.append(
+            f"| {row['scenario']} ({row['window_s']:g} s) | {row['workers']:.0f} "
+            f"| {row['n']:,.0f} | {row['fired']:,.0f} | {_num(row['p50_ms'], 1)} "
+            f"| {_num(row['p90_ms'], 1)} | {_num(row['p99_ms'], 1)} "
+            f"| {_num(row['max_ms'], 1)} | {_num(row['completed_per_s'])} |"
+        )
+    return [*lines, ""]
+
+
+def _footprint(results: dict[str, Any]) -> list[str]:
+    rows = results["footprint"]
+    lines = [
+        "## Footprint and growth (PostgreSQL)",
+        "",
+        "Redis bytes per scheduled task: INFO used_memory growth / tasks; "
+        "baseline: the same number of ids ZADDed as 36-character UUID strings. "
+        "Database bytes per row: table and indexes. With that backlog in "
+        "place: single `schedule()` rate, and the dispatch rate of 10,000 more "
+        "due ids.",
+        "",
+        "| scheduled | Redis B/task | baseline B/task | DB B/row "
+        "| schedule()/s | dispatch ids/s |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['size']:,} | {_num(row['redis_bytes_per_task'])} "
+            f"| {_num(row['baseline_redis_bytes_per_task'])} "
+            f"| {_num(row['db_bytes_per_row'])} "
+            f"| {_num(row['single_schedule_per_s'])} "
+            f"| {_num(row['dispatch_ids_per_s'])} |"
+        )
+    if len(rows) > 1:
+        growth = rows[-1]["redis_bytes_per_task"] / rows[0]["redis_bytes_per_task"]
+        lines += [
+            "",
+            f"Redis bytes per task at {rows[-1]['size']:,} / at "
+            f"{rows[0]['size']:,}: {growth:.2f}x.",
+        ]
+    return [*lines, ""]
+
+
+def _peers(results: dict[str, Any]) -> list[str]:
+    peers = results.get("peers")
+    if not peers:
+        return []
+    from benchmarks.peers.report import markdown
+
+    ours = _ours_as_peer(results)
+    return [
+        markdown(
+            [ours, *peers],
+            "## Side by side with the peers\n\n"
+            "Same N, delays and windows; each peer on a fresh redis-server of "
+            "the same binary, 1 worker process with its defaults, then with "
+            "its obvious knobs turned (`tuned`). django-delayq's row comes "
+            "from the sections above (PostgreSQL, 1 worker; its schedule "
+            "rate is single `schedule()` calls, bulk in brackets).",
+        ),
+        "",
+    ]
+
+
+def _ours_as_peer(results: dict[str, Any]) -> dict[str, Any]:
+    by = {(r["scenario"], r["workers"]): r for r in results["end_to_end"]}
+    pg = {row["what"]: row for row in results["schedule"][-1]}
+
+    def scenario(name: str) -> dict[str, Any]:
+        return dict(by[(name, 1)])
+
+    return {
+        "peer": "django-delayq",
+        "version": _version("django-delayq"),
+        "config": "defaults: PostgreSQL, 1 shard, prefetch 4",
+        "workers": 1,
+        "schedule_per_s": pg["single schedule()"]["ours"],
+        "bulk_schedule_per_s": pg["bulk schedule_many()"]["ours"],
+        "light": scenario("light"),
+        "steady": scenario("steady"),
+        "burst": scenario("burst"),
+        "idle_cmds_per_s": results["dispatch"]["idle_dispatcher_cmds_per_s"]
+        + results["dispatch"]["idle_worker_cmds_per_s"],
+        "redis_bytes_per_task": results["footprint"][-1]["redis_bytes_per_task"],
+        "errors": [],
+    }
+
+
+def render(results: dict[str, Any]) -> str:
+    took = results["finished"] - results["started"]
+    when = datetime.datetime.fromtimestamp(results["started"], datetime.UTC)
+    lines = [
+        "# Benchmarks",
+        "",
+        "Produced by the harness in `benchmarks/`, with one command that starts "
+        "its own redis-server and PostgreSQL on loopback:",
+        "",
+        "```sh",
+        f"make bench   # runs: {results['command']}",
+        "```",
+        "",
+        f"Run on {when:%Y-%m-%d %H:%M} UTC, {took / 60:.0f} minutes. Every "
+        "figure is compared with a baseline measured in the same run; absolute "
+        "numbers move with the machine's load, ratios much less.",
+        "",
+        *machine(),
+        "",
+        *_schedule(results),
+        *_dispatch(results),
+        *_end_to_end(results),
+        *_footprint(results),
+        *_peers(results),
+    ]
+    return "\n".join(lines).rstrip() + "\n"
