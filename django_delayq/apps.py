@@ -19,10 +19,12 @@ class DelayQueueConfig(AppConfig):
 
         register(checks.check_settings, "django_delayq")
         register(checks.check_tasks, "django_delayq")
+        register(checks.check_tasks_framework, "django_delayq")
         setting_changed.connect(conf.reset, dispatch_uid="django_delayq.conf.reset")
         setting_changed.connect(
             _reset_connections, dispatch_uid="django_delayq.connection.reset"
         )
+        _install_tasks_backend()
 
 
 def _reset_connections(**kwargs: object) -> None:
@@ -30,3 +32,17 @@ def _reset_connections(**kwargs: object) -> None:
         from .store import connection
 
         connection.reset()
+
+
+def _install_tasks_backend() -> None:
+    """Let workers run tasks enqueued through Django's Tasks framework.
+
+    Only when the framework is installed (Django 6, or the django-tasks
+    backport): imports and connects receivers, no I/O.
+    """
+    from . import _tasks_compat
+
+    if _tasks_compat.AVAILABLE:
+        from .backends import install
+
+        install()

@@ -5,8 +5,10 @@ See docs/reference/checks.md for the meaning of each id.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Warning
 
 from . import conf, registry
@@ -39,4 +41,27 @@ def check_tasks(**kwargs: Any) -> list[CheckMessage]:
         )
         for name, task in sorted(registry.all_tasks().items())
         if task.queue is not None and task.queue not in settings.queues
+    ]
+
+
+def check_tasks_framework(**kwargs: Any) -> list[CheckMessage]:
+    """Report ``TASKS`` aliases on DelayQueueBackend without the framework
+    (``delayq.E011``); the backend checks itself otherwise (E009, E010)."""
+    from . import _tasks_compat
+
+    tasks = getattr(django_settings, "TASKS", None)
+    if _tasks_compat.AVAILABLE or not isinstance(tasks, Mapping):
+        return []
+    return [
+        Error(
+            f'TASKS["{alias}"] uses DelayQueueBackend, but Django\'s Tasks '
+            f"framework is not installed, so nothing reads settings.TASKS.",
+            hint="Upgrade to Django 6.0 or later, or install the django-tasks "
+            'backport: pip install "django-delayq[tasks]".',
+            obj=alias,
+            id="delayq.E011",
+        )
+        for alias, params in tasks.items()
+        if isinstance(params, Mapping)
+        and params.get("BACKEND") == "django_delayq.backends.DelayQueueBackend"
     ]

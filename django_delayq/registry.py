@@ -87,6 +87,8 @@ class Task(Generic[P, R]):
 _registry: dict[str, Task[Any, Any]] = {}
 _lock = threading.Lock()
 _autodiscovered = False
+#: Consulted in order by :func:`get` for a name that is not registered.
+_fallbacks: list[Callable[[str], Task[Any, Any] | None]] = []
 
 
 @overload
@@ -250,12 +252,17 @@ def get(name: str) -> Task[Any, Any]:
 
     On a miss, :func:`autodiscover` tasks modules and look again, so
     scheduling by name works in a process that has not imported the task's
-    module yet.
+    module yet; then ask the resolvers added with :func:`add_fallback`.
     """
     found = _registry.get(name)
     if found is None:
         autodiscover()
         found = _registry.get(name)
+    if found is None:
+        for resolver in list(_fallbacks):
+            found = resolver(name)
+            if found is not None:
+                break
     if found is None:
         raise TaskNotRegistered(
             f"No task is registered as {name!r}. Decorate the function with "
@@ -263,6 +270,19 @@ def get(name: str) -> Task[Any, Any]:
             f"app's tasks.py is imported automatically)."
         )
     return found
+
+
+def add_fallback(resolver: Callable[[str], Task[Any, Any] | None]) -> None:
+    """Have :func:`get` ask ``resolver(name)`` about names it does not know.
+
+    ``resolver`` returns a :class:`Task` or ``None`` and must not raise; it
+    is consulted after :func:`autodiscover`, and never caches into the
+    registry. It decides alone what a stored name may run, so it must refuse
+    anything it did not itself vouch for. Adding a resolver twice is a no-op.
+    """
+    with _lock:
+        if resolver not in _fallbacks:
+            _fallbacks.append(resolver)
 
 
 def resolve(fn_or_name: object) -> Task[Any, Any]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import tempfile
 
+import django
+
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
 USE_TZ = True
@@ -91,6 +93,22 @@ else:
 DELAYQ = {
     "REDIS_URL": os.environ.get("DELAYQ_REDIS_URL", "redis://127.0.0.1:1/0"),
     "QUEUES": {"orders": {"shards": 4}, "reports": {}},
+}
+
+# Django's Tasks framework (django.tasks on Django 6, the django-tasks
+# backport on 5.2) on django-delayq. "elsewhere" is another backend: a worker
+# must never run tasks declared for it.
+_TASKS_PACKAGE = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
+TASKS = {
+    "default": {
+        "BACKEND": "django_delayq.backends.DelayQueueBackend",
+        "QUEUES": ["default", "orders", "reports"],
+    },
+    "non_atomic": {
+        "BACKEND": "django_delayq.backends.DelayQueueBackend",
+        "OPTIONS": {"atomic": False, "max_attempts": 1},
+    },
+    "elsewhere": {"BACKEND": f"{_TASKS_PACKAGE}.backends.dummy.DummyBackend"},
 }
 
 LOGGING = {
