@@ -279,3 +279,43 @@ def test_worker_recreates_its_group_after_redis_lost_data(redis_client):
     task = schedule(add, args=[2, 2])
     drain()
     assert refresh(task).status == Status.SUCCEEDED
+
+
+def test_a_worker_keeps_its_database_connection_between_tasks(
+    redis_client, settings
+):
+    from tests.testapp.tasks import connection_identity
+
+    # Django's default: one connection per request. A worker is not one.
+    settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+    tasks = [schedule(connection_identity) for _ in range(3)]
+    drain()
+    sessions = {refresh(task).result for task in tasks}
+    assert len(sessions) == 1
+    assert None not in sessions
+
+
+def test_a_worker_replaces_a_database_session_that_was_terminated(redis_client):
+    """As when PostgreSQL restarts or an administrator ends the session."""
+    from django.db import DatabaseError, connection, connections
+
+    from django_delayq.dbconn import recycle_connections
+
+    if connection.vendor != "postgresql":
+        pytest.skip("only PostgreSQL sessions can be terminated from outside")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        [(pid,)] = cursor.fetchall()
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    finally:
+        other.close()
+    with pytest.raises(DatabaseError), connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    recycle_connections()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        [(new_pid,)] = cursor.fetchall()
+    assert new_pid != pid

@@ -107,3 +107,15 @@ def raises_on_commit(status: str) -> None:
         raise RuntimeError("callback bug")
 
     transaction.on_commit(broken)
+
+
+@task
+def connection_identity() -> str:
+    """Which database session ran this task (to see connections reused)."""
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            return f"pid:{cursor.fetchone()[0]}"
+    return f"object:{id(connection.connection)}"
