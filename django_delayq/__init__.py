@@ -13,6 +13,7 @@ __all__ = [
     "Call",
     "cancel",
     "reschedule",
+    "retry",
     "schedule",
     "schedule_many",
     "task",
@@ -21,14 +22,14 @@ __all__ = [
 from .registry import task
 
 if TYPE_CHECKING:
-    from .api import Call, cancel, reschedule, schedule, schedule_many
+    from .api import Call, cancel, reschedule, retry, schedule, schedule_many
 
 
 def __getattr__(name: str) -> Any:
     # The API imports the models, which need the app registry: import it on
     # first use so that "from django_delayq import task" works in a tasks.py
     # imported while apps are still loading.
-    if name in {"Call", "cancel", "reschedule", "schedule", "schedule_many"}:
+    if name in {"Call", "cancel", "reschedule", "retry", "schedule", "schedule_many"}:
         from . import api
 
         return getattr(api, name)

@@ -469,3 +469,119 @@ def _db(using: str | None) -> str:
         )
     return db
 
+
+def retry(
+    task_or_id: DelayedTask | uuid.UUID | str,
+    *,
+    delay: float | datetime.timedelta | None = None,
+    eta: datetime.datetime | None = None,
+    using: str | None = None,
+) -> DelayedTask:
+    """Schedule a failed task again, with a fresh set of attempts.
+
+    The task keeps its id, name, queue, arguments and dedupe key. It becomes
+    ``scheduled`` again, due after ``delay`` or at ``eta`` (given as in
+    :func:`schedule`; with neither it runs as soon as possible), with
+    ``attempts`` back at 0, so that it gets ``max_attempts`` more runs, and
+    ``finished_at`` cleared. ``last_error`` and ``last_traceback`` are kept
+    until its next run replaces them (a success clears them).
+
+    Transactional like :func:`reschedule`: the row is written in the
+    caller's transaction (or its own, in autocommit), and after the commit
+    the task is indexed in Redis and ``task_scheduled`` is sent.
+
+    :param task_or_id: the task, its id, or the id as a string.
+    :raises TaskNotFound: no task has this id.
+    :raises InvalidTaskState: the task is not ``failed``.
+    :raises DuplicateTask: the task has a dedupe key, and another scheduled
+        or running task holds that key now.
+    :returns: the updated row.
+    """
+    if task_or_id is None:
+        raise InvalidArgument("retry() needs the task to retry, or its id.")
+    run_at = resolve_run_at(delay, eta)
+    lookup = _lookup(task_or_id, None)
+    db = _db(using)
+    row: DelayedTask | None = None
+    refusal: Exception | None = None
+    # savepoint=False as in cancel(): nothing raises through this block, so
+    # the caller's transaction stays usable whatever the outcome.
+    with transaction.atomic(using=db, savepoint=False):
+        try:
+            # Write first (see cancel()), fenced on status. The UPDATE has a
+            # savepoint of its own: taking back a key that another active
+            # task holds now violates the active-key index, and only the
+            # savepoint is rolled back then, not the caller's transaction.
+            with transaction.atomic(using=db):
+                updated = _failed(lookup, db).update(
+                    status=Status.SCHEDULED,
+                    run_at=run_at,
+                    attempts=0,
+                    finished_at=None,
+                )
+        except IntegrityError:
+            updated = 0
+            refusal = _retry_key_clash(lookup, db)
+        if updated:
+            row = _written(lookup, db, status=Status.SCHEDULED, run_at=run_at)
+            index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
+            signals.send_on_commit(signals.task_scheduled, [row], db)
+        elif refusal is None:
+            row = _current(lookup, db)
+            if row is not None:
+                refusal = _retry_refusal(row)
+    # Raised only after the block, so the caller's transaction stays usable.
+    if refusal is not None:
+        raise refusal
+    if row is None:
+        raise TaskNotFound(f"No task with {lookup}; there is nothing to retry.")
+    if isinstance(task_or_id, DelayedTask):
+        task_or_id.status, task_or_id.run_at = Status.SCHEDULED, run_at
+        task_or_id.attempts, task_or_id.finished_at = 0, None
+    return row
+
+
+def _failed(lookup: _Lookup, db: str) -> QuerySet[DelayedTask]:
+    return _matching(lookup, db).filter(status=Status.FAILED)
+
+
+def _retry_refusal(row: DelayedTask) -> InvalidTaskState:
+    """Say why ``row`` (not failed when the UPDATE ran) cannot be retried."""
+    if row.status == Status.FAILED:
+        # It was running a moment ago and has failed in between.
+        return InvalidTaskState(f"Task {row.pk} changed state meanwhile; try again.")
+    advice = {
+        Status.SCHEDULED: "it will run anyway; reschedule() moves it",
+        Status.RUNNING: "it is running now",
+        Status.SUCCEEDED: "schedule() a new task to run it again",
+        Status.CANCELLED: "schedule() a new task to run it again",
+    }.get(Status(row.status), "")
+    return InvalidTaskState(
+        f"Task {row.pk} is {row.status}; only failed tasks can be retried ({advice})."
+    )
+
+
+def _retry_key_clash(lookup: _Lookup, db: str) -> DuplicateTask:
+    """Describe the active task that holds the failed task's key now."""
+    row = _current(lookup, db)
+    key = "" if row is None or row.key is None else row.key
+    holder = (
+        DelayedTask.objects.using(db)
+        .filter(key=key, status__in=ACTIVE_STATUSES)
+        .only("id", "status")
+        .first()
+    )
+    if holder is None:
+        # The holder finished between the UPDATE and this read.
+        return DuplicateTask(
+            f"Task {lookup.task_id} cannot be retried yet: key={key!r} was "
+            f"held by another active task a moment ago; try again.",
+            key=key,
+        )
+    return DuplicateTask(
+        f"Task {lookup.task_id} cannot be retried: its key={key!r} is held by "
+        f"{holder.status} task {holder.pk}. Cancel that task, or wait until "
+        f"it finishes, then retry.",
+        key=key,
+        existing_id=holder.pk,
+    )

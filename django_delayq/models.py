@@ -94,6 +94,12 @@ class DelayedTask(models.Model):
         verbose_name = _("delayed task")
         verbose_name_plural = _("delayed tasks")
         ordering = ("-run_at",)
+        # The admin's actions, each granted on its own (see docs/guide/admin.md).
+        permissions = [
+            ("cancel_delayedtask", _("Can cancel scheduled tasks")),
+            ("run_delayedtask", _("Can run scheduled tasks now")),
+            ("retry_delayedtask", _("Can retry failed tasks")),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["key"],
@@ -160,6 +166,7 @@ class OutboxEntry(models.Model):
         verbose_name = _("outbox entry")
         verbose_name_plural = _("outbox entries")
         ordering = ("id",)
+        permissions = [("replay_outboxentry", _("Can replay outbox entries"))]
         indexes = [
             models.Index(fields=["next_attempt_at"], name="delayq_outbox_next"),
         ]

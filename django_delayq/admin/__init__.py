@@ -1,0 +1,20 @@
+"""The Django admin of django-delayq.
+
+Registers :class:`~django_delayq.admin.tasks.DelayedTaskAdmin` (the task
+list, each task's page, the cancel / run now / retry actions and the
+dashboard) and :class:`~django_delayq.admin.outbox.OutboxEntryAdmin` on the
+default admin site. Both are read only: rows change through the public API.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from ..models import DelayedTask, OutboxEntry
+from .outbox import OutboxEntryAdmin
+from .tasks import DelayedTaskAdmin
+
+__all__ = ["DelayedTaskAdmin", "OutboxEntryAdmin"]
+
+admin.site.register(DelayedTask, DelayedTaskAdmin)
+admin.site.register(OutboxEntry, OutboxEntryAdmin)

@@ -1,0 +1,376 @@
+"""Cancel, run now and retry, from the task list or a task's page.
+
+Each action calls the public API (:func:`~django_delayq.cancel`,
+:func:`~django_delayq.reschedule` with ``delay=0``,
+:func:`~django_delayq.retry`) once per task, so the row is written with the
+same fenced UPDATE as in code, and Redis follows after the commit. Each
+needs its own permission, and each shows a confirmation page listing the
+tasks before it acts (a POST with CSRF, like Django's delete confirmation).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.text import capfirst
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
+
+from .. import api
+from ..exceptions import DuplicateTask, InvalidTaskState, TaskNotFound
+from ..models import DelayedTask, Status
+from . import display
+
+if TYPE_CHECKING:
+    from django.utils.functional import _StrPromise
+
+logger = logging.getLogger(__name__)
+
+#: The most tasks one request acts on; the rest wait for the next request.
+ACTION_LIMIT = 1000
+#: The most tasks a confirmation page lists.
+LISTED = 100
+#: The most refusals reported one by one.
+REPORTED = 5
+
+
+class Result(enum.Enum):
+    DONE = "done"
+    SKIPPED = "skipped"  # no longer in the state the action needs
+    REFUSED = "refused"  # in that state, but the API refused (held key)
+
+
+@dataclass(frozen=True)
+class TaskAction:
+    name: str  # the admin action's name
+    permission: str  # checked by ModelAdmin.has_<permission>_permission()
+    applies_to: str  # the status a task needs for the action to apply
+    title: _StrPromise  # the action's description, the confirmation's title
+    question: _StrPromise  # asked on the confirmation page
+    button: _StrPromise  # the button on a task's page
+    consequence: _StrPromise  # what happens to the tasks it applies to
+    apply: Callable[[uuid.UUID], tuple[Result, str]]
+    done: Callable[[int], str]
+    skipped: Callable[[int], str]
+    logged: _StrPromise  # the admin history's change message
+
+
+def _cancel(task_id: uuid.UUID) -> tuple[Result, str]:
+    return (Result.DONE, "") if api.cancel(task_id) else (Result.SKIPPED, "")
+
+
+def _run_now(task_id: uuid.UUID) -> tuple[Result, str]:
+    try:
+        api.reschedule(task_id, delay=0)
+    except (TaskNotFound, InvalidTaskState):
+        return Result.SKIPPED, ""
+    return Result.DONE, ""
+
+
+def _retry(task_id: uuid.UUID) -> tuple[Result, str]:
+    try:
+        api.retry(task_id)
+    except (TaskNotFound, InvalidTaskState):
+        return Result.SKIPPED, ""
+    except DuplicateTask as exc:
+        return Result.REFUSED, str(exc)
+    return Result.DONE, ""
+
+
+def _not_scheduled(count: int) -> str:
+    return ngettext(
+        "%(count)d was no longer scheduled and was left alone",
+        "%(count)d were no longer scheduled and were left alone",
+        count,
+    ) % {"count": count}
+
+
+CANCEL = TaskAction(
+    name="cancel_tasks",
+    permission="cancel",
+    applies_to=Status.SCHEDULED,
+    title=gettext_lazy("Cancel selected delayed tasks"),
+    question=gettext_lazy("Are you sure you want to cancel these tasks?"),
+    button=gettext_lazy("Cancel task"),
+    consequence=gettext_lazy(
+        "Cancelled tasks never run; they are removed from Redis right away."
+    ),
+    apply=_cancel,
+    done=lambda n: (
+        ngettext("Cancelled %(count)d task", "Cancelled %(count)d tasks", n)
+        % {"count": n}
+    ),
+    skipped=_not_scheduled,
+    logged=gettext_lazy("Cancelled in the admin."),
+)
+
+RUN_NOW = TaskAction(
+    name="run_tasks_now",
+    permission="run",
+    applies_to=Status.SCHEDULED,
+    title=gettext_lazy("Run selected delayed tasks now"),
+    question=gettext_lazy("Are you sure you want to run these tasks now?"),
+    button=gettext_lazy("Run now"),
+    consequence=gettext_lazy(
+        "Their run time becomes now: a worker runs them as soon as one is free."
+    ),
+    apply=_run_now,
+    done=lambda n: (
+        ngettext("Set %(count)d task to run now", "Set %(count)d tasks to run now", n)
+        % {"count": n}
+    ),
+    skipped=_not_scheduled,
+    logged=gettext_lazy("Set to run now in the admin."),
+)
+
+RETRY = TaskAction(
+    name="retry_tasks",
+    permission="retry",
+    applies_to=Status.FAILED,
+    title=gettext_lazy("Retry selected failed tasks"),
+    question=gettext_lazy("Are you sure you want to retry these tasks?"),
+    button=gettext_lazy("Retry"),
+    consequence=gettext_lazy(
+        "They are scheduled again to run now, with their attempts back at 0. "
+        "A task whose dedupe key another active task holds now is not retried."
+    ),
+    apply=_retry,
+    done=lambda n: (
+        ngettext("Retried %(count)d failed task", "Retried %(count)d failed tasks", n)
+        % {"count": n}
+    ),
+    skipped=lambda n: (
+        ngettext(
+            "%(count)d was not failed and was left alone",
+            "%(count)d were not failed and were left alone",
+            n,
+        )
+        % {"count": n}
+    ),
+    logged=gettext_lazy("Retried in the admin."),
+)
+
+ACTIONS = (CANCEL, RUN_NOW, RETRY)
+
+
+def allowed(
+    model_admin: admin.ModelAdmin[Any], request: HttpRequest, action: TaskAction
+) -> bool:
+    check: Callable[[HttpRequest], bool] = getattr(
+        model_admin, f"has_{action.permission}_permission"
+    )
+    return check(request)
+
+
+def confirm_or_perform(
+    model_admin: admin.ModelAdmin[Any],
+    request: HttpRequest,
+    queryset: QuerySet[DelayedTask],
+    action: TaskAction,
+    *,
+    task: DelayedTask | None = None,
+) -> HttpResponse | None:
+    """Show the confirmation page, or act once it is confirmed.
+
+    ``task`` is set when the action comes from that task's page: the page
+    then posts back to the task's own URL, and the answer redirects there.
+    Returns None after acting on the list (Django redirects to the list).
+    """
+    if not allowed(model_admin, request, action):
+        raise PermissionDenied
+    if request.method == "POST" and request.POST.get("post") == "yes":
+        perform(model_admin, request, queryset, action)
+        if task is None:
+            return None
+        return HttpResponseRedirect(
+            reverse(
+                "admin:django_delayq_delayedtask_change",
+                args=[task.pk],
+                current_app=model_admin.admin_site.name,
+            )
+        )
+    return _confirmation(model_admin, request, queryset, action, task)
+
+
+def perform(
+    model_admin: admin.ModelAdmin[Any],
+    request: HttpRequest,
+    queryset: QuerySet[DelayedTask],
+    action: TaskAction,
+) -> None:
+    """Apply ``action`` to the tasks it applies to, and report the outcome."""
+    total = queryset.count()
+    applicable = queryset.filter(status=action.applies_to)
+    candidates = applicable.count()
+    task_ids = list(
+        applicable.order_by("pk").values_list("pk", flat=True)[:ACTION_LIMIT]
+    )
+    results: dict[Result, list[uuid.UUID]] = {result: [] for result in Result}
+    refusals = []
+    for task_id in task_ids:
+        result, reason = action.apply(task_id)
+        results[result].append(task_id)
+        if reason:
+            refusals.append(reason)
+    done = results[Result.DONE]
+    skipped = total - candidates + len(results[Result.SKIPPED])
+    text = action.done(len(done))
+    if skipped:
+        text += "; " + action.skipped(skipped)
+    model_admin.message_user(
+        request, text + ".", messages.SUCCESS if done else messages.WARNING
+    )
+    for reason in refusals[:REPORTED]:
+        model_admin.message_user(request, reason, messages.ERROR)
+    if len(refusals) > REPORTED:
+        model_admin.message_user(
+            request,
+            _("%(count)d more tasks could not be retried for the same reason.")
+            % {"count": len(refusals) - REPORTED},
+            messages.ERROR,
+        )
+    left = candidates - len(task_ids)
+    if left > 0:
+        model_admin.message_user(
+            request,
+            _(
+                "%(left)d more selected tasks were not handled: an action "
+                "handles at most %(limit)d tasks at a time. Run it again for "
+                "the rest."
+            )
+            % {"left": left, "limit": ACTION_LIMIT},
+            messages.WARNING,
+        )
+    if done:
+        _log(request, done, action)
+
+
+def _log(request: HttpRequest, done: list[uuid.UUID], action: TaskAction) -> None:
+    """Record who did what in the admin's history of each task."""
+    user_id = request.user.pk
+    if user_id is not None:  # always, behind the admin's login
+        rows = list(
+            DelayedTask.objects.filter(pk__in=done).only("id", "name", "status")
+        )
+        LogEntry.objects.log_actions(
+            user_id=user_id,
+            queryset=rows,
+            action_flag=CHANGE,
+            change_message=str(action.logged),
+        )
+    logger.info(
+        "admin: %s applied %s to %d task(s)", request.user, action.name, len(done)
+    )
+
+
+def _confirmation(
+    model_admin: admin.ModelAdmin[Any],
+    request: HttpRequest,
+    queryset: QuerySet[DelayedTask],
+    action: TaskAction,
+    task: DelayedTask | None,
+) -> TemplateResponse:
+    now = timezone.now()
+    total = queryset.count()
+    candidates = queryset.filter(status=action.applies_to).count()
+    # In the list's own order (an index order by default, not a sort of
+    # everything selected).
+    listed = list(queryset[:LISTED])
+    site = model_admin.admin_site.name
+    rows = [
+        {
+            "task": row,
+            "url": reverse(
+                "admin:django_delayq_delayedtask_change",
+                args=[row.pk],
+                current_app=site,
+            ),
+            "status": capfirst(row.get_status_display()),
+            "run_at": display.timestamp(row.run_at),
+            "timing": display.timing(row, now),
+            "applies": row.status == action.applies_to,
+        }
+        for row in listed
+    ]
+    if task is not None:
+        back = reverse(
+            "admin:django_delayq_delayedtask_change", args=[task.pk], current_app=site
+        )
+    else:
+        back = request.get_full_path()
+    status = Status(action.applies_to).label
+    if candidates:
+        summary = ngettext(
+            "%(count)d of the selected tasks is %(status)s.",
+            "%(count)d of the selected tasks are %(status)s.",
+            candidates,
+        ) % {"count": candidates, "status": status}
+    else:
+        summary = _(
+            "None of the selected tasks is %(status)s, so this would change nothing."
+        ) % {"status": status}
+    others = total - candidates
+    left_alone = ngettext(
+        "%(count)d is not, and is left alone.",
+        "%(count)d are not, and are left alone.",
+        others,
+    ) % {"count": others}
+    over_limit = _(
+        "Only the first %(limit)d are handled now: an action handles at most "
+        "%(limit)d tasks at a time. Run it again for the rest."
+    ) % {"limit": ACTION_LIMIT}
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": action.title,
+        "subtitle": None,
+        "opts": model_admin.opts,
+        "app_label": model_admin.opts.app_label,
+        "action": action,
+        "task": task,
+        "rows": rows,
+        "total": total,
+        "candidates": candidates,
+        "summary": summary,
+        "left_alone": left_alone if others else "",
+        "over_limit": over_limit if candidates > ACTION_LIMIT else "",
+        "unlisted": total - len(listed),
+        "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+        "select_across": request.POST.get("select_across", "0"),
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "back_url": back,
+    }
+    request.current_app = site
+    return TemplateResponse(
+        request, "admin/django_delayq/action_confirmation.html", context
+    )
+
+
+def _bulk(action: TaskAction) -> Callable[..., HttpResponse | None]:
+    def run(
+        model_admin: admin.ModelAdmin[Any],
+        request: HttpRequest,
+        queryset: QuerySet[DelayedTask],
+    ) -> HttpResponse | None:
+        return confirm_or_perform(model_admin, request, queryset, action)
+
+    run.__name__ = action.name
+    return admin.action(permissions=[action.permission], description=action.title)(run)
+
+
+cancel_tasks = _bulk(CANCEL)
+run_tasks_now = _bulk(RUN_NOW)
+retry_tasks = _bulk(RETRY)

@@ -1,0 +1,234 @@
+"""The dashboard page: the queues' state from the database and from Redis.
+
+The database figures always show. Redis is read in one round trip with the
+short ``REDIS_TIMEOUT`` of the scheduling path; when it fails or times out
+the page says so in a banner and shows the database side only.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+import redis
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from ..conf import get_settings
+from ..models import Status
+from ..store import stats
+from ..store.connection import get_client
+from . import chart, display, figures
+
+logger = logging.getLogger(__name__)
+
+#: A worker thread reads its streams every few seconds while idle, and a busy
+#: one is touched by its worker's heartbeat every VISIBILITY_TIMEOUT / 3; one
+#: silent for longer than that plus this margin is probably gone.
+QUIET_MARGIN = 10.0
+
+
+@dataclass
+class ShardRow:
+    state: stats.ShardState
+    next_due: str
+    lease_ttl: str
+    stalled: bool  # tasks wait in the due-set, and no dispatcher owns it
+
+
+@dataclass
+class Dispatcher:
+    token: str
+    shards: list[str]
+    ttl: str
+
+
+@dataclass
+class WorkerProcess:
+    name: str
+    threads: int
+    shards: int
+    pending: int
+    idle: str
+    quiet: bool
+
+
+@dataclass
+class RedisView:
+    location: str
+    error: str | None = None
+    shards: list[ShardRow] = field(default_factory=list)
+    dispatchers: list[Dispatcher] = field(default_factory=list)
+    workers: list[WorkerProcess] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    due: int = 0
+    waiting: int = 0
+    pending: int = 0
+    dead: int = 0
+
+
+def render(
+    model_admin: admin.ModelAdmin[Any], request: HttpRequest
+) -> TemplateResponse:
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    now = timezone.now()
+    db = figures.read(now)
+    live = read_redis(now)
+    site = model_admin.admin_site.name
+    changelist = reverse("admin:django_delayq_delayedtask_changelist", current_app=site)
+    statuses = list(Status)
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": _("Delayed tasks dashboard"),
+        "subtitle": None,
+        "opts": model_admin.opts,
+        "app_label": model_admin.opts.app_label,
+        "db": db,
+        "by_status": {
+            status.value: total for status, total in zip(Status, db.totals, strict=True)
+        },
+        "redis": live,
+        "statuses": [
+            {"label": status.label, "url": _filtered(changelist, status=status)}
+            for status in statuses
+        ],
+        "queue_rows": [
+            {
+                "queue": row,
+                "cells": [
+                    {"count": count, "url": _filtered(changelist, s, row.queue)}
+                    for s, count in zip(statuses, row.counts, strict=True)
+                ],
+                "url": _filtered(changelist, queue=row.queue),
+            }
+            for row in db.queues
+        ],
+        "overdue_url": _filtered(changelist, status=Status.SCHEDULED),
+        "worst_lateness": (
+            display.duration(db.worst_lateness) if db.worst_lateness else ""
+        ),
+        "overdue_tasks": [
+            {
+                "task": task,
+                "url": reverse(
+                    "admin:django_delayq_delayedtask_change",
+                    args=[task.pk],
+                    current_app=site,
+                ),
+                "run_at": display.timestamp(task.run_at),
+                "timing": display.timing(task, now),
+            }
+            for task in db.overdue_tasks
+        ],
+        "grace": int(figures.OVERDUE_GRACE.total_seconds()),
+        "outbox_age": (
+            display.duration((now - db.outbox_oldest).total_seconds())
+            if db.outbox_oldest
+            else ""
+        ),
+        "outbox_url": (
+            reverse("admin:django_delayq_outboxentry_changelist", current_app=site)
+            if request.user.has_perm("django_delayq.view_outboxentry")
+            else ""
+        ),
+        "chart": chart.per_minute(db.due_per_minute, db.chart_start),
+        "changelist_url": changelist,
+        "generated_at": display.timestamp(now),
+    }
+    request.current_app = site
+    return TemplateResponse(request, "admin/django_delayq/dashboard.html", context)
+
+
+def read_redis(now: datetime.datetime) -> RedisView:
+    """What Redis says of every configured shard, or why it could not say."""
+    settings = get_settings()
+    location = _("the configured server")
+    try:
+        client = get_client("schedule")
+        location = stats.describe(client)
+        shards = stats.read_shards(
+            client, settings.key_prefix, settings.queues.values()
+        )
+    except (redis.RedisError, OSError) as exc:
+        logger.warning(
+            "django-delayq admin: Redis at %s did not answer (%s: %s)",
+            location,
+            type(exc).__name__,
+            exc,
+        )
+        return RedisView(location=location, error=f"{type(exc).__name__}: {exc}")
+    view = RedisView(location=location)
+    holders: dict[str, Dispatcher] = {}
+    workers: dict[str, dict[str, Any]] = {}
+    quiet_after_ms = (settings.visibility_timeout / 3 + QUIET_MARGIN) * 1000
+    for state in shards:
+        next_due = ""
+        if state.head_score is not None:
+            head = datetime.datetime.fromtimestamp(
+                state.head_score / 1000, datetime.UTC
+            )
+            next_due = display.until(head, now)
+        ttl = display.duration(state.lease_ttl_ms / 1000) if state.lease_ttl_ms else ""
+        view.shards.append(
+            ShardRow(
+                state, next_due, ttl, stalled=bool(state.due) and not state.lease_holder
+            )
+        )
+        if state.lease_holder:
+            holder = holders.setdefault(
+                state.lease_holder, Dispatcher(state.lease_holder, [], ttl)
+            )
+            holder.shards.append(state.label)
+        for consumer in state.consumers:
+            process, _sep, thread = consumer.name.rpartition("-")
+            if not process or not thread.isdigit():
+                process = consumer.name
+            seen = workers.setdefault(
+                process,
+                {"threads": set(), "shards": set(), "pending": 0, "idle": None},
+            )
+            seen["threads"].add(consumer.name)
+            seen["shards"].add(state.label)
+            seen["pending"] += consumer.pending
+            idle = seen["idle"]
+            seen["idle"] = (
+                consumer.idle_ms if idle is None else min(idle, consumer.idle_ms)
+            )
+        view.problems += [f"{state.label}: {problem}" for problem in state.problems]
+        view.due += state.due
+        view.waiting += state.waiting
+        view.pending += state.pending
+        view.dead += state.dead
+    view.dispatchers = sorted(holders.values(), key=lambda d: d.token)
+    view.workers = [
+        WorkerProcess(
+            name=name,
+            threads=len(seen["threads"]),
+            shards=len(seen["shards"]),
+            pending=seen["pending"],
+            idle=display.duration(seen["idle"] / 1000),
+            quiet=seen["idle"] > quiet_after_ms,
+        )
+        for name, seen in sorted(workers.items())
+    ]
+    return view
+
+
+def _filtered(
+    changelist: str, status: str | None = None, queue: str | None = None
+) -> str:
+    params = {}
+    if status is not None:
+        params["status__exact"] = str(status)
+    if queue is not None:
+        params["queue"] = queue
+    return f"{changelist}?{urlencode(params)}" if params else changelist

@@ -1,0 +1,186 @@
+"""How the admin writes times, durations, payloads and a task's timeline.
+
+Pure functions of a row and "now", so every page says the same thing the
+same way ("in 14 min", "overdue 2 min", "ran 3 s late").
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext as _
+
+from ..models import DelayedTask, Status
+
+#: Closer than this to its run_at, a scheduled task is "due now".
+DUE_NOW_SECONDS = 1.0
+
+
+def duration(seconds: float) -> str:
+    """``'350 ms'``, ``'3 s'``, ``'14 min'``, ``'2 h 5 min'``, ``'3 days'``.
+
+    Rounded down: "in 14 min" means at least 14 and under 15 minutes.
+    """
+    seconds = abs(seconds)
+    if seconds < 1:
+        return _("%(n)d ms") % {"n": int(seconds * 1000)}
+    if seconds < 60:
+        return _("%(n)d s") % {"n": int(seconds)}
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return _("%(n)d min") % {"n": minutes}
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        if minutes:
+            return _("%(h)d h %(m)d min") % {"h": hours, "m": minutes}
+        return _("%(h)d h") % {"h": hours}
+    return _("%(n)d days") % {"n": hours // 24}
+
+
+def until(moment: datetime.datetime, now: datetime.datetime) -> str:
+    """``'in 14 min'``, ``'due now'`` or ``'overdue 2 min'``."""
+    ahead = (moment - now).total_seconds()
+    if ahead >= DUE_NOW_SECONDS:
+        return _("in %(duration)s") % {"duration": duration(ahead)}
+    if ahead > -DUE_NOW_SECONDS:
+        return _("due now")
+    return _("overdue %(duration)s") % {"duration": duration(ahead)}
+
+
+def lateness(task: DelayedTask) -> float | None:
+    """Seconds from ``run_at`` to the start of the run it belongs to, or None.
+
+    Only a running or finished run has both ends: a scheduled task's
+    ``started_at`` (if any) belongs to an earlier attempt than its ``run_at``,
+    and a cancelled task did not start at its ``run_at``.
+    """
+    if task.status not in (Status.RUNNING, Status.SUCCEEDED, Status.FAILED):
+        return None
+    if task.started_at is None:
+        return None
+    return (task.started_at - task.run_at).total_seconds()
+
+
+def timing(task: DelayedTask, now: datetime.datetime) -> str:
+    """The run time relative to now, or how late the last run started."""
+    if task.status == Status.SCHEDULED:
+        return until(task.run_at, now)
+    late = lateness(task)
+    if late is None:
+        return ""
+    if task.status == Status.RUNNING:
+        if late < 0.001:
+            return _("started on time")
+        return _("started %(duration)s late") % {"duration": duration(late)}
+    if late < 0.001:
+        return _("ran on time")
+    return _("ran %(duration)s late") % {"duration": duration(late)}
+
+
+def timestamp(moment: datetime.datetime | None, *, precise: bool = False) -> str:
+    """``'2030-01-02 09:00:00 UTC'`` in the current time zone; with
+    ``precise``, to the millisecond (run times are whole milliseconds)."""
+    if moment is None:
+        return ""
+    if timezone.is_aware(moment):
+        moment = timezone.localtime(moment)
+    text = moment.strftime("%Y-%m-%d %H:%M:%S")
+    if precise:
+        text += f".{moment.microsecond // 1000:03d}"
+    zone = moment.tzname()
+    return f"{text} {zone}" if zone else text
+
+
+def attempts(task: DelayedTask) -> str:
+    return f"{task.attempts}/{task.max_attempts}"
+
+
+def pretty_json(value: Any) -> SafeString:
+    """A JSON value indented in a ``<pre>``, HTML-escaped."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return format_html('<pre class="delayq-pre">{}</pre>', text)
+
+
+def preformatted(text: str) -> SafeString | str:
+    if not text:
+        return ""
+    return format_html('<pre class="delayq-pre">{}</pre>', text)
+
+
+@dataclass(frozen=True)
+class Event:
+    label: str
+    moment: datetime.datetime
+    note: str = ""
+
+
+def timeline(task: DelayedTask, now: datetime.datetime) -> list[Event]:
+    """What the row records of the task's life, in time order.
+
+    Only the row's own timestamps: earlier attempts leave no time behind
+    (``started_at`` is the last run's), so none is made up for them.
+    """
+    events = []
+    late = lateness(task)
+    if task.status == Status.SCHEDULED:
+        note = until(task.run_at, now)
+        if task.attempts:
+            note = _("%(when)s, for attempt %(n)d of %(max)d") % {
+                "when": note,
+                "n": task.attempts + 1,
+                "max": task.max_attempts,
+            }
+        label = _("Next run due") if task.started_at else _("Due")
+        events.append(Event(label, task.run_at, note))
+    else:
+        label = _("Last run due") if task.attempts > 1 else _("Due")
+        events.append(Event(label, task.run_at))
+    if task.started_at is not None:
+        if late is not None:
+            label = _("Last run started") if task.attempts > 1 else _("Started")
+            events.append(Event(label, task.started_at, timing(task, now)))
+        else:
+            events.append(
+                Event(_("Last run started"), task.started_at, _("an earlier run"))
+            )
+    if task.finished_at is not None:
+        note = ""
+        if late is not None and task.started_at is not None:
+            took = (task.finished_at - task.started_at).total_seconds()
+            note = _("after %(duration)s") % {"duration": duration(took)}
+        label = {
+            Status.SUCCEEDED: _("Succeeded"),
+            Status.FAILED: _("Failed"),
+            Status.CANCELLED: _("Cancelled"),
+        }.get(Status(task.status), _("Finished"))
+        events.append(Event(label, task.finished_at, note))
+    created = Event(_("Created"), task.created_at, _("schedule() was called"))
+    return [created, *sorted(events, key=lambda event: event.moment)]
+
+
+def timeline_html(task: DelayedTask, now: datetime.datetime) -> SafeString:
+    rows = format_html_join(
+        "",
+        "<tr><th scope='row'>{}</th><td>{}</td><td>{}</td></tr>",
+        (
+            (event.label, timestamp(event.moment, precise=True), event.note)
+            for event in timeline(task, now)
+        ),
+    )
+    summary = _("Runs started: %(n)d of %(max)d allowed.") % {
+        "n": task.attempts,
+        "max": task.max_attempts,
+    }
+    if task.attempts > 1:
+        summary += " " + _("The last %(n)d were retries.") % {"n": task.attempts - 1}
+    return format_html(
+        '<table class="delayq-timeline"><tbody>{}</tbody></table><p>{}</p>',
+        rows,
+        summary,
+    )

@@ -1,0 +1,170 @@
+"""Reading the live state of the queues from Redis, for the admin dashboard.
+
+Read only, and one round trip: :func:`read_shards` sends every command for
+every shard in a single pipeline, so a dashboard request waits for Redis at
+most once (one ``REDIS_TIMEOUT`` when Redis hangs), whatever the number of
+shards. Per shard it reads::
+
+    ZCARD due / ZRANGE due 0 0 WITHSCORES   how many tasks wait, the earliest
+    XLEN ready / XINFO GROUPS ready         the stream backlog and its group
+    XINFO CONSUMERS ready workers           the worker threads reading it
+    XLEN dead                               dead letters kept
+    GET lease / PTTL lease                  the dispatcher moving the shard
+
+Keys that do not exist yet (a shard nobody used) read as empty. Connection
+errors and timeouts propagate: the caller decides how to degrade.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from ..conf import QueueSettings
+from .keys import shard_keys
+from .streams import GROUP
+
+#: Commands :func:`read_shards` queues per shard, in this order.
+_PER_SHARD = 8
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """One consumer (a worker thread) of a shard's ready stream group."""
+
+    name: str
+    pending: int  # entries delivered to it and not yet acknowledged
+    idle_ms: int  # since its last read or heartbeat
+
+
+@dataclass(frozen=True)
+class ShardState:
+    queue: str
+    shard: int
+    due: int  # members of the due-set
+    head_score: int | None  # the earliest member's due time (epoch ms)
+    ready: int  # entries in the ready stream
+    pending: int  # delivered to a worker, not acknowledged yet
+    waiting: int  # not delivered to any worker yet
+    dead: int  # dead letters kept
+    lease_holder: str | None  # the token of the dispatcher owning the shard
+    lease_ttl_ms: int | None
+    consumers: list[Consumer] = field(default_factory=list)
+    #: replies that were errors other than "no such key" (e.g. an ACL denial)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.queue}:{self.shard}"
+
+
+def read_shards(
+    client: redis.Redis, prefix: str, queues: Iterable[QueueSettings]
+) -> list[ShardState]:
+    """Read the state of every shard of ``queues``, in one round trip."""
+    shards = [
+        shard_keys(prefix, queue.name, number)
+        for queue in queues
+        for number in range(queue.shards)
+    ]
+    pipe = client.pipeline(transaction=False)
+    for keys in shards:
+        pipe.zcard(keys.due)
+        pipe.zrange(keys.due, 0, 0, withscores=True)
+        pipe.xlen(keys.ready)
+        pipe.xinfo_groups(keys.ready)
+        pipe.xinfo_consumers(keys.ready, GROUP)
+        pipe.xlen(keys.dead)
+        pipe.get(keys.lease)
+        pipe.pttl(keys.lease)
+    # Per-command errors come back as values (a stream without its group
+    # answers NOGROUP); connection errors and timeouts still raise.
+    replies: list[Any] = pipe.execute(raise_on_error=False)
+    states = []
+    for number, keys in enumerate(shards):
+        start = number * _PER_SHARD
+        reply = _Replies(replies[start : start + _PER_SHARD])
+        due = reply.integer(0)
+        head = reply.value(1) or []
+        ready = reply.integer(2)
+        group = next(
+            (g for g in reply.value(3) or [] if _text(g.get("name")) == GROUP), None
+        )
+        pending = int(group.get("pending") or 0) if group else 0
+        lag = group.get("lag") if group else None
+        # Redis cannot always tell the lag (entries were deleted after the
+        # last delivery, which the workers do to every finished entry); the
+        # entries left in the stream are then exactly the pending ones plus
+        # those not delivered yet.
+        waiting = int(lag) if lag is not None else max(ready - pending, 0)
+        consumers = [
+            Consumer(
+                _text(c.get("name")),
+                int(c.get("pending") or 0),
+                int(c.get("idle") or 0),
+            )
+            for c in reply.value(4) or []
+        ]
+        ttl = reply.integer(7)
+        states.append(
+            ShardState(
+                queue=keys.queue,
+                shard=keys.shard,
+                due=due,
+                head_score=int(head[0][1]) if head else None,
+                ready=ready,
+                pending=pending,
+                waiting=waiting,
+                dead=reply.integer(5),
+                lease_holder=_text(reply.value(6)) or None,
+                lease_ttl_ms=ttl if ttl >= 0 else None,
+                consumers=consumers,
+                problems=reply.problems,
+            )
+        )
+    return states
+
+
+def describe(client: redis.Redis) -> str:
+    """Where ``client`` connects, for messages: host, port and database,
+    never the credentials."""
+    pool = client.connection_pool
+    kwargs = pool.connection_kwargs
+    db = kwargs.get("db", 0)
+    if kwargs.get("path"):
+        return f"unix://{kwargs['path']}?db={db}"
+    if "host" in kwargs:
+        return f"{kwargs['host']}:{kwargs.get('port', 6379)}/{db}"
+    # A pool that picks its servers itself (Sentinel, for instance).
+    return f"the servers of {type(pool).__name__}"
+
+
+class _Replies:
+    """One shard's slice of the pipeline replies, with errors set aside."""
+
+    def __init__(self, replies: list[Any]) -> None:
+        self._replies = replies
+        self.problems: list[str] = []
+
+    def value(self, index: int) -> Any:
+        reply = self._replies[index]
+        if isinstance(reply, redis.ResponseError):
+            message = str(reply)
+            # A key or group that does not exist yet is an empty shard.
+            if "no such key" not in message and "NOGROUP" not in message:
+                self.problems.append(message)
+            return None
+        return reply
+
+    def integer(self, index: int) -> int:
+        value = self.value(index)
+        return int(value) if value is not None else 0
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)

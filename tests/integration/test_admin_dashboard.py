@@ -1,0 +1,223 @@
+"""The admin dashboard: what the database and Redis say, and Redis down."""
+
+from __future__ import annotations
+
+import datetime
+import html
+import os
+import re
+import signal
+import time
+import uuid
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.core.management import call_command
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from django_delayq import schedule
+from django_delayq.models import DelayedTask, Status
+from django_delayq.store import streams
+from django_delayq.store.keys import shard_keys
+from tests.testapp.tasks import add, order_cancel, send_reminder
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DASHBOARD = "admin:django_delayq_dashboard"
+
+
+def section(response, element_id: str) -> str:
+    """The text of the dashboard module with this id, tags dropped."""
+    body = response.content.decode()
+    start = body.index(f'id="{element_id}"')
+    chunk = body[start : body.index("</div>", start)]
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", chunk)))
+
+
+def text(response) -> str:
+    body = re.sub(r"<[^>]+>", " ", response.content.decode())
+    return re.sub(r"\s+", " ", html.unescape(body))
+
+
+def test_the_dashboard_counts_tasks_by_queue_and_status(admin_client, redis_client):
+    for i in range(3):
+        schedule(order_cancel, args=[i], delay=600)
+    failed = schedule(add, args=[1, 1], delay=600)
+    DelayedTask.objects.filter(pk=failed.pk).update(status=Status.FAILED)
+    schedule(send_reminder, args=[1], delay=600, queue="reports")
+    response = admin_client.get(reverse(DASHBOARD))
+    assert response.status_code == 200
+    counts = section(response, "delayq-counts")
+    assert "Queue Scheduled Running Succeeded Failed Cancelled Total" in counts
+    assert "default 0 0 0 1 0 1" in counts
+    assert "orders 3 0 0 0 0 3" in counts
+    assert "reports 1 0 0 0 0 1" in counts
+    assert "All queues 4 0 0 1 0 5" in counts
+    # Each count links to the list, filtered.
+    body = response.content.decode()
+    assert "?status__exact=scheduled&amp;queue=orders" in body
+
+
+def test_the_dashboard_shows_overdue_tasks_and_the_worst_lateness(
+    admin_client, redis_client
+):
+    now = timezone.now()
+    old = schedule(order_cancel, args=[1])
+    DelayedTask.objects.filter(pk=old.pk).update(
+        run_at=now - datetime.timedelta(minutes=2, seconds=5)
+    )
+    recent = schedule(order_cancel, args=[2])
+    DelayedTask.objects.filter(pk=recent.pk).update(
+        run_at=now - datetime.timedelta(seconds=40)
+    )
+    schedule(order_cancel, args=[3])  # due now: within the grace, not overdue
+    response = admin_client.get(reverse(DASHBOARD))
+    overdue = text(response).split("overdue by more than 5 s")
+    assert overdue[0].rstrip().endswith(" 2")
+    assert "oldest: 2 min late" in overdue[1]
+    listed = section(response, "delayq-overdue-tasks")
+    assert "Oldest overdue tasks" in listed
+    assert "overdue 2 min" in listed
+    assert "overdue 40 s" in listed
+
+
+def test_the_dashboard_reads_due_sets_streams_leases_and_workers_from_redis(
+    admin_client, redis_client
+):
+    for i in range(3):
+        schedule(add, args=[i, i])  # due now
+    schedule(add, args=[9, 9], delay=3600)
+    call_command("delayq_dispatch", once=True, verbosity=0)
+    keys = shard_keys("delayq", "default", 0)
+    # A worker thread that took one entry and has not finished it.
+    streams.ensure_groups(redis_client, [keys.ready])
+    redis_client.xreadgroup(
+        streams.GROUP, "web-1:4242:abc123-0", {keys.ready: ">"}, count=1
+    )
+    redis_client.set(keys.lease, "web-1:777:0badcafe", px=30_000)
+
+    response = admin_client.get(reverse(DASHBOARD))
+    shards = section(response, "delayq-shards")
+    # default:0 holds 1 in its due-set (due in an hour) and 3 in its stream,
+    # of which a worker holds 1.
+    assert re.search(r"default:0 1 in 59 min 2 1 0 web-1:777:0badcafe", shards)
+    assert re.search(r"orders:3 0 0 0 0 none", shards)
+    dispatchers = section(response, "delayq-dispatchers")
+    assert "web-1:777:0badcafe default:0" in dispatchers
+    workers = section(response, "delayq-workers")
+    assert re.search(r"web-1:4242:abc123 1 1 1 \d+ (ms|s) ago", workers)
+    assert "silent" not in workers
+
+
+def test_a_shard_with_due_tasks_and_no_dispatcher_is_flagged(
+    admin_client, redis_client
+):
+    schedule(add, args=[1, 1], delay=600)
+    response = admin_client.get(reverse(DASHBOARD))
+    assert "none: its due tasks are not being moved" in section(
+        response, "delayq-shards"
+    )
+    assert "Is delayq_dispatch running?" in text(response)
+    assert "Is delayq_worker running?" in text(response)
+
+
+def test_the_chart_draws_tasks_due_per_minute_over_the_next_hour(
+    admin_client, redis_client
+):
+    start = timezone.now().replace(second=0, microsecond=0)
+    in_5 = start + datetime.timedelta(minutes=5, seconds=30)
+    in_30 = start + datetime.timedelta(minutes=30, seconds=10)
+    for i in range(3):
+        schedule(add, args=[i, i], eta=in_5)
+    for i in range(2):
+        schedule(add, args=[i, i], eta=in_30)
+    schedule(add, args=[0, 0], eta=start + datetime.timedelta(minutes=90))
+    response = admin_client.get(reverse(DASHBOARD))
+    body = response.content.decode()
+    chart = body.index('<svg class="delayq-chart"')
+    svg = body[chart : body.index("</svg>", chart)]
+    bars = re.findall(r'<rect class="delayq-bar"[^>]*><title>([^<]+)</title>', svg)
+    assert bars == [
+        f"{in_5:%H:%M}: 3 tasks",
+        f"{in_30:%H:%M}: 2 tasks",
+    ]
+    assert "5 tasks due in the next hour, at most 3 in one minute" in svg
+    # Axis labels: every 10 minutes, and the scale.
+    ticks = re.findall(r'text-anchor="middle">(\d\d:\d\d)</text>', svg)
+    assert len(ticks) == 6
+    # (The page may have been drawn a minute later than this test started.)
+    first = [start + datetime.timedelta(minutes=m) for m in (0, 1)]
+    assert ticks[0] in {f"{minute:%H:%M}" for minute in first}
+    assert ">4</text>" in svg
+    # Nothing comes from elsewhere: no scripts, styles or images loaded.
+    assert not re.search(r'(src|href)="(https?:)?//', body)
+
+
+@pytest.mark.redis_down
+def test_with_redis_down_the_dashboard_says_so_and_shows_the_database_side(
+    admin_client, private_redis
+):
+    private_redis.stop()
+    schedule(order_cancel, args=[1], delay=600)  # goes to the outbox
+    response = admin_client.get(reverse(DASHBOARD))
+    assert response.status_code == 200
+    page = text(response)
+    assert (
+        f"Redis is unreachable at 127.0.0.1:{private_redis.port}/0: showing the "
+        f"database side only." in page
+    )
+    assert "ConnectionError" in page
+    assert "orders 1 0 0 0 0 1" in section(response, "delayq-counts")
+    outbox = section(response, "delayq-outbox-section")
+    assert "Entries waiting for a replay 1" in outbox
+    assert 'id="delayq-shards"' not in response.content.decode()
+
+
+@pytest.mark.redis_down
+def test_with_redis_hanging_the_dashboard_answers_after_the_short_timeout(
+    admin_client, private_redis
+):
+    schedule(order_cancel, args=[1], delay=600)
+    os.kill(private_redis.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        response = admin_client.get(reverse(DASHBOARD))
+        elapsed = time.monotonic() - started
+    finally:
+        os.kill(private_redis.pid, signal.SIGCONT)
+    page = text(response)
+    assert "Redis is unreachable at" in page
+    assert "TimeoutError" in page
+    assert "orders 1 0 0 0 0 1" in section(response, "delayq-counts")
+    # REDIS_TIMEOUT is 0.25 s: one round trip, not one per shard.
+    assert elapsed < 10
+
+
+def test_the_dashboard_needs_the_view_permission(django_user_model, redis_client):
+    url = reverse(DASHBOARD)
+    assert Client().get(url).status_code == 302  # to the login page
+    user = django_user_model.objects.create_user(
+        f"op-{uuid.uuid4().hex[:6]}", password="unused", is_staff=True
+    )
+    client = Client()
+    client.force_login(user)
+    assert client.get(url).status_code == 403
+    user.user_permissions.add(Permission.objects.get(codename="view_delayedtask"))
+    assert client.get(url).status_code == 200
+
+
+def test_the_dashboard_is_linked_from_the_task_list_and_the_app_index(
+    admin_client, redis_client
+):
+    url = reverse(DASHBOARD)
+    assert url.endswith("/django_delayq/delayedtask/dashboard/")
+    changelist = admin_client.get(reverse("admin:django_delayq_delayedtask_changelist"))
+    assert f'href="{url}"' in changelist.content.decode()
+    app_index = admin_client.get(
+        reverse("admin:app_list", kwargs={"app_label": "django_delayq"})
+    )
+    assert f'href="{url}"' in app_index.content.decode()
+    page = admin_client.get(url).content.decode()
+    assert 'class="breadcrumbs"' in page
