@@ -6,7 +6,8 @@ The row is the truth, and every state change is a conditional UPDATE fenced on
 * claim: ``scheduled -> running``, ``attempts + 1``, only if ``run_at <= now``
   by this worker's clock (a task never starts early);
 * re-claim of a task whose worker died: ``running(n) -> running(n + 1)``;
-* outcome: ``running(n) -> succeeded | scheduled (retry) | failed``.
+* outcome: ``running(n) -> succeeded | scheduled (retry) | failed``, also
+  fenced on the stream entry that claimed attempt ``n``.
 
 For ``atomic`` tasks (the default) the function and the success UPDATE share
 one transaction. If the fence fails (this worker was paused past its
@@ -238,6 +239,7 @@ def _succeed(row: DelayedTask, attempt: int, result: Any) -> None:
     updated = update_attempt(
         row.pk,
         attempt,
+        row.claim_entry,
         {
             "status": Status.SUCCEEDED,
             "finished_at": now,
@@ -270,7 +272,7 @@ def _retry_or_fail(
     with transaction.atomic(using=db):
         updated = (
             DelayedTask.objects.using(db)
-            .filter(pk=row.pk, status=Status.RUNNING, attempts=attempt)
+            .filter(**_fence(row, attempt))
             .update(
                 status=Status.SCHEDULED,
                 run_at=run_at,
@@ -298,11 +300,11 @@ def _retry_or_fail(
 def fail(
     row: DelayedTask, attempt: int, error: str, trace: str, *, expect: str
 ) -> bool:
-    """Mark the task failed, fenced on ``expect`` status and ``attempt``."""
+    """Mark the task failed, fenced on ``expect`` status and the attempt."""
     now = timezone.now()
     updated = (
         DelayedTask.objects.using(_db())
-        .filter(pk=row.pk, status=expect, attempts=attempt)
+        .filter(**_fence(row, attempt), status=expect)
         .update(
             status=Status.FAILED,
             finished_at=now,
@@ -316,6 +318,17 @@ def fail(
         _log(logging.ERROR, "failed", row, error=repr(error))
         signals.send(signals.task_failed, row, error=error)
     return bool(updated)
+
+
+def _fence(row: DelayedTask, attempt: int) -> dict[str, Any]:
+    """The row's state an outcome may overwrite: this attempt, this delivery.
+
+    The attempt number alone is not enough: ``retry()`` starts a failed task
+    over from attempt 0, so a worker paused during attempt 3 could otherwise
+    wake up and record its outcome over the new run's attempt 3. The stream
+    entry that claimed the attempt tells them apart.
+    """
+    return {"pk": row.pk, "attempts": attempt, "claim_entry": row.claim_entry}
 
 
 def backoff(attempt: int) -> datetime.timedelta:

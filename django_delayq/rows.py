@@ -159,9 +159,10 @@ def claim_due(task_id: Any, entry_id: str, now: Any, using: str) -> DelayedTask 
 
 
 def update_attempt(
-    task_id: Any, attempt: int, values: dict[str, Any], using: str
+    task_id: Any, attempt: int, claim_entry: str, values: dict[str, Any], using: str
 ) -> bool:
-    """Set ``values`` on a running task if ``attempt`` is still its attempt.
+    """Set ``values`` on a running task if ``attempt``, claimed by the stream
+    entry ``claim_entry``, is still its attempt.
 
     The outcome fence of every attempt, as one prepared UPDATE: ``values``
     maps field names to Python values. True if the row was updated.
@@ -172,10 +173,11 @@ def update_attempt(
         f"UPDATE {connection.ops.quote_name(DelayedTask._meta.db_table)} "
         f"SET {assignments} WHERE {_column('id', connection)} = %s "
         f"AND {_column('status', connection)} = %s "
-        f"AND {_column('attempts', connection)} = %s"
+        f"AND {_column('attempts', connection)} = %s "
+        f"AND {_column('claim_entry', connection)} = %s"
     )
     params = [_prep(name, value, connection) for name, value in values.items()]
-    params += [_prep("id", task_id, connection), "running", attempt]
+    params += [_prep("id", task_id, connection), "running", attempt, claim_entry]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return bool(cursor.rowcount)

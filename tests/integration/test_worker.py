@@ -319,3 +319,22 @@ def test_a_worker_replaces_a_database_session_that_was_terminated(redis_client):
         cursor.execute("SELECT pg_backend_pid()")
         [(new_pid,)] = cursor.fetchall()
     assert new_pid != pid
+
+
+def test_a_paused_attempt_cannot_finish_the_run_that_retried_the_task(redis_client):
+    from django_delayq import retry
+    from django_delayq.execution import fail
+
+    task = schedule(create_order, args=["stale"], max_attempts=1)
+    stale = refresh(task)
+    assert _claim(stale, "1-0") == 1  # a worker starts attempt 1, then pauses
+    # Meanwhile it is given up for lost, the task fails, an operator retries
+    # it, and another worker starts the new run's attempt 1.
+    assert fail(refresh(task), 1, "worker lost", "", expect=Status.RUNNING)
+    retry(task)
+    assert _claim(refresh(task), "2-0") == 1
+    # The paused worker wakes up and finishes: its outcome must not count.
+    assert _run(stale, get(stale.name), attempt=1) is False
+    row = refresh(task)
+    assert (row.status, row.attempts, row.claim_entry) == (Status.RUNNING, 1, "2-0")
+    assert not Order.objects.filter(status="stale").exists()  # rolled back
