@@ -43,6 +43,6 @@ def _install_tasks_backend() -> None:
     from . import _tasks_compat
 
     if _tasks_compat.AVAILABLE:
-        from .backends import install
+        from .tasks_bridge import install
 
         install()

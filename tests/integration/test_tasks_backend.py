@@ -28,15 +28,11 @@ from django_delayq._tasks_compat import (
     task_finished,
     task_started,
 )
-from django_delayq.backends import (
-    AttemptAborted,
-    DelayQueueBackend,
-    FrameworkTask,
-    TaskCancelled,
-)
+from django_delayq.backends import AttemptAborted, DelayQueueBackend, TaskCancelled
 from django_delayq.exceptions import InvalidPayload, TaskNotRegistered, UnknownQueue
 from django_delayq.models import DelayedTask, Status
 from django_delayq.store.keys import shard_keys
+from django_delayq.tasks_bridge import FrameworkTask
 from django_delayq.timing import ceil_ms
 from tests.helpers import expected_score, indexed_score
 from tests.integration.test_worker import drain

@@ -1,0 +1,313 @@
+"""How django-delayq workers run the tasks of
+:class:`~django_delayq.backends.DelayQueueBackend`.
+
+A row written by :meth:`DelayQueueBackend.enqueue
+<django_delayq.backends.DelayQueueBackend.enqueue>` is named by its task's
+``module_path``. Here:
+
+- :func:`resolve`, a registry fallback, turns such a name back into a
+  :class:`FrameworkTask` the worker can run, for a name that imports (from an
+  installed app) as a ``django.tasks`` task declared on a ``DelayQueueBackend``
+  alias, and for nothing else;
+- the function it runs calls the task, handing a ``takes_context`` task its
+  ``TaskContext``, and stores the return value as JSON;
+- a row is read back as the framework's ``TaskResult``, its errors included;
+- the framework's ``task_started`` and ``task_finished`` signals are sent
+  from django-delayq's own.
+
+:func:`install` connects all of it, from ``AppConfig.ready()``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import datetime
+import functools
+import logging
+import re
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from django.apps import apps
+from django.dispatch import Signal
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from . import _tasks_compat, registry, signals
+from .exceptions import TaskNotRegistered
+
+_tasks_compat.require()
+
+from ._tasks_compat import (  # noqa: E402
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskContext,
+    TaskError,
+    TaskResult,
+    TaskResultStatus,
+    normalize_json,
+    task_backends,
+    task_finished,
+    task_started,
+)
+from .backends import AttemptAborted, DelayQueueBackend, TaskCancelled  # noqa: E402
+
+if TYPE_CHECKING:
+    # Not at run time: @task may build the backend while apps still load.
+    from .models import DelayedTask
+
+logger = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: django-delayq counts attempts but does not record who ran them.
+UNRECORDED_WORKER = "unrecorded"
+
+_STATUSES = {
+    "scheduled": TaskResultStatus.READY,
+    "running": TaskResultStatus.RUNNING,
+    "succeeded": TaskResultStatus.SUCCESSFUL,
+    "failed": TaskResultStatus.FAILED,
+    # The framework has no cancelled status: the task will never run, which
+    # is what FAILED ("unable to start") means; errors say why.
+    "cancelled": TaskResultStatus.FAILED,
+}
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+
+
+# -- finding tasks by name (the registry fallback) ------------------------------
+
+
+class FrameworkTask(registry.Task[..., Any]):
+    """A ``django.tasks`` task, as the registry hands it to a worker."""
+
+    def __init__(self, django_task: Task[..., Any], backend: DelayQueueBackend) -> None:
+        super().__init__(
+            _runner(django_task),
+            django_task.module_path,
+            queue=django_task.queue_name,
+            max_attempts=backend.max_attempts,
+            atomic=backend.atomic,
+        )
+        self.django_task = django_task
+        self.backend = backend
+
+
+def resolve(name: str) -> FrameworkTask | None:
+    """Return the task stored under ``name`` if it is ours to run, else None."""
+    try:
+        found, reason = _lookup(name)
+    except Exception:  # a registry fallback must not raise
+        logger.exception("django-delayq: looking up task %r failed", name)
+        return None
+    if found is None:
+        logger.debug("%r is not a DelayQueueBackend task: %s", name, reason)
+        return None
+    backend = task_backends[found.backend]
+    assert isinstance(backend, DelayQueueBackend)
+    return FrameworkTask(found, backend)
+
+
+def _lookup(path: str) -> tuple[Task[..., Any] | None, str]:
+    """Import ``path`` if it may be a task of ours; the task, or why not."""
+    if not _DOTTED.match(path):
+        return None, "not a dotted path"
+    if not apps.apps_ready:
+        return None, "the apps are not loaded yet"
+    # Cheap refusals first, so a forged name imports nothing: a backend of
+    # ours must be configured, and only installed apps' modules are imported.
+    aliases = task_backends.settings
+    if not any(isinstance(_backend(alias), DelayQueueBackend) for alias in aliases):
+        return None, "no TASKS backend is a DelayQueueBackend"
+    module = path.rpartition(".")[0]
+    if apps.get_containing_app_config(module) is None:
+        return None, (
+            f"module {module!r} is not in an installed app; workers import "
+            f"django.tasks tasks from INSTALLED_APPS only."
+        )
+    try:
+        found = import_string(path)
+    except Exception as exc:  # any error of the module is "not a task"
+        return None, f"importing it failed ({type(exc).__name__}: {exc})."
+    if not isinstance(found, Task) or found.module_path != path:
+        return None, (
+            "it does not import as the @task it names; keep the decorated "
+            "task under the function's own name, at module level."
+        )
+    if not isinstance(_backend(found.backend), DelayQueueBackend):
+        return None, (
+            f"it is declared for backend {found.backend!r}, which is not a "
+            f"DelayQueueBackend in settings.TASKS."
+        )
+    return found, ""
+
+
+def _backend(alias: str) -> BaseTaskBackend | None:
+    try:
+        return task_backends[alias]
+    except Exception:  # an alias or BACKEND of someone else's that is broken
+        return None
+
+
+def _framework_task(name: str) -> FrameworkTask | None:
+    """The registry's answer for ``name``, if it is one of ours."""
+    try:
+        found = registry.get(name)
+    except TaskNotRegistered:
+        return None
+    return found if isinstance(found, FrameworkTask) else None
+
+
+# -- running -----------------------------------------------------------------------
+
+#: The row a worker thread is about to run, set by the ``task_started``
+#: receiver just before the function is called, for ``TaskContext``.
+_current = threading.local()
+
+
+def _runner(django_task: Task[..., Any]) -> Callable[..., Any]:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        row, _current.row = getattr(_current, "row", None), None
+        if not django_task.takes_context:
+            value = django_task.call(*args, **kwargs)
+        else:
+            if row is None or row.name != django_task.module_path:
+                from .models import DelayedTask
+
+                # Called outside a worker: a first attempt, of no row.
+                row = DelayedTask(
+                    name=django_task.module_path,
+                    args=list(args),
+                    kwargs=kwargs,
+                    run_at=timezone.now(),
+                    status="running",
+                    attempts=1,
+                )
+            running = _result_of(row, _task_of(row, django_task), django_task.backend)
+            value = django_task.call(TaskContext(task_result=running), *args, **kwargs)
+        # Stored as JSON, as the framework's own backends do; a value that
+        # is not JSON fails the attempt (TypeError), as it does there.
+        return normalize_json(value)
+
+    functools.update_wrapper(run, django_task.func)
+    return run
+
+
+# -- results -----------------------------------------------------------------------
+
+
+def _result_of(
+    row: DelayedTask, django_task: Task[P, R], alias: str
+) -> TaskResult[P, R]:
+    result = TaskResult(
+        task=django_task,
+        id=str(row.pk),
+        status=_STATUSES[row.status],
+        enqueued_at=row.created_at,
+        # A row keeps the start of its latest attempt only.
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        last_attempted_at=row.started_at,
+        args=row.args,
+        kwargs=row.kwargs,
+        backend=alias,
+        errors=_errors(row),
+        worker_ids=[UNRECORDED_WORKER] * row.attempts,
+    )
+    if row.status == "succeeded":
+        object.__setattr__(result, "_return_value", row.result)
+    return result
+
+
+def _row_result(row: DelayedTask, found: FrameworkTask) -> TaskResult[..., Any]:
+    return _result_of(row, _task_of(row, found.django_task), found.backend.alias)
+
+
+def _task_of(row: DelayedTask, django_task: Task[..., Any]) -> Task[..., Any]:
+    """The task as it was enqueued: its queue, and ``run_after`` if deferred."""
+    deferred = row.run_at - row.created_at > datetime.timedelta(milliseconds=1)
+    try:
+        return django_task.using(
+            queue_name=row.queue, run_after=row.run_at if deferred else None
+        )
+    except InvalidTask:  # settings changed since; the declared task will do
+        return django_task
+
+
+def _errors(row: DelayedTask) -> list[TaskError]:
+    """The row's last error (it keeps no earlier ones), and a cancellation."""
+    errors = []
+    if row.last_error and row.last_traceback:
+        path = _exception_path(row.last_error, row.last_traceback)
+        errors.append(
+            TaskError(exception_class_path=path, traceback=row.last_traceback)
+        )
+    elif row.last_error:
+        errors.append(_synthetic(AttemptAborted, row.last_error))
+    if row.status == "cancelled":
+        errors.append(_synthetic(TaskCancelled, "cancelled before it ran"))
+    return errors
+
+
+def _synthetic(exception: type[BaseException], message: str) -> TaskError:
+    path = f"{exception.__module__}.{exception.__qualname__}"
+    return TaskError(exception_class_path=path, traceback=f"{path}: {message}\n")
+
+
+def _exception_path(error: str, trace: str) -> str:
+    """The dotted path of the exception class, read back from its traceback.
+
+    ``error`` starts with the class's ``__name__``; the traceback's line for
+    the exception that was raised adds its module, except for builtins.
+    """
+    name = error.partition(":")[0].strip()
+    if not name.isidentifier():
+        return f"{AttemptAborted.__module__}.{AttemptAborted.__qualname__}"
+    lines = re.findall(rf"^(?:\w+\.)*{re.escape(name)}(?=:|$)", trace, re.M)
+    path = lines[-1] if lines else name
+    if "." not in path and isinstance(getattr(builtins, path, None), type):
+        return f"builtins.{path}"
+    return path
+
+
+# -- signals -----------------------------------------------------------------------
+
+
+def _send(
+    signal: Signal, backend: BaseTaskBackend, result: TaskResult[..., Any]
+) -> None:
+    """Send a framework signal; a receiver's error is logged, never raised."""
+    for receiver, response in signal.send_robust(type(backend), task_result=result):
+        if isinstance(response, Exception):
+            logger.error(
+                "django-delayq: signal receiver %r raised for task %s",
+                receiver,
+                result.id,
+                exc_info=response,
+            )
+
+
+def _on_started(sender: object, task: DelayedTask, **kwargs: Any) -> None:
+    found = _framework_task(task.name)
+    if found is not None:
+        _current.row = task  # for the TaskContext of the call that follows
+        _send(task_started, found.backend, _row_result(task, found))
+
+
+def _on_finished(sender: object, task: DelayedTask, **kwargs: Any) -> None:
+    found = _framework_task(task.name)
+    if found is not None:
+        _send(task_finished, found.backend, _row_result(task, found))
+
+
+def install() -> None:
+    """Let workers run this backend's tasks; from ``AppConfig.ready()``, no I/O."""
+    registry.add_fallback(resolve)
+    uid = "django_delayq.tasks_bridge"
+    signals.task_started.connect(_on_started, dispatch_uid=f"{uid}.started")
+    # A retried attempt is not the end of the task: no task_finished for it.
+    signals.task_succeeded.connect(_on_finished, dispatch_uid=f"{uid}.succeeded")
+    signals.task_failed.connect(_on_finished, dispatch_uid=f"{uid}.failed")
