@@ -19,6 +19,8 @@ PYTEST_ARGS ?=
 LINT_LEG ?= $(lastword $(MATRIX))
 # The fault-injection scenarios (tests/faults) run once, in the last leg.
 FAULTS_LEG ?= $(lastword $(MATRIX))
+# So do the browser tests (tests/browser, headless Chromium).
+BROWSER_LEG ?= $(lastword $(MATRIX))
 # `make test-fast` and `make example` use the first leg.
 FAST_LEG ?= $(firstword $(MATRIX))
 EXAMPLE_LEG ?= $(FAST_LEG)
@@ -28,7 +30,7 @@ BOOTSTRAP := tools/bootstrap.sh
 LINT_BIN := .venv/$(LINT_LEG)/bin
 export PYTEST_ARGS
 
-.PHONY: help test test-fast tests faults lint typecheck docs example bootstrap clean distclean
+.PHONY: help test test-fast tests faults browser lint typecheck docs example bootstrap clean distclean
 
 help: ## Show this help
 	@echo "Usage: make TARGET [MATRIX='...'] [PYTEST_ARGS='...']"
@@ -55,13 +57,17 @@ typecheck: ## mypy (configured in pyproject.toml)
 	@$(BOOTSTRAP) --no-servers $(LINT_LEG)
 	$(LINT_BIN)/mypy
 
-tests: ## pytest in every MATRIX leg, then tests/faults once (last leg), against SQLite and PostgreSQL
-	@$(BOOTSTRAP) $(MATRIX)
-	tools/run_tests.sh --faults $(FAULTS_LEG) $(MATRIX)
+tests: ## pytest in every MATRIX leg, then tests/faults and tests/browser once (last leg)
+	@$(BOOTSTRAP) --browser $(MATRIX)
+	tools/run_tests.sh --faults $(FAULTS_LEG) --browser $(BROWSER_LEG) $(MATRIX)
 
 faults: ## Only the fault-injection scenarios (tests/faults), in the last leg, on both databases
 	@$(BOOTSTRAP) $(FAULTS_LEG)
 	tools/run_tests.sh --faults $(FAULTS_LEG)
+
+browser: ## Only the browser tests (tests/browser) in headless Chromium, in the last leg
+	@$(BOOTSTRAP) --redis-only --browser $(BROWSER_LEG)
+	tools/run_tests.sh --browser $(BROWSER_LEG)
 
 test-fast: ## pytest in the first leg against SQLite only (pass PYTEST_ARGS)
 	@$(BOOTSTRAP) --redis-only $(FAST_LEG)

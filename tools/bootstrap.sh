@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Make this machine ready to develop and test django-delayq.
 #
-#   tools/bootstrap.sh [--redis-only | --no-servers] [LEG ...]
+#   tools/bootstrap.sh [--redis-only | --no-servers] [--browser] [LEG ...]
 #
 # 1. Installs the Debian packages that provide redis-server and the PostgreSQL
 #    server, unless their binaries are already there (--redis-only skips
-#    PostgreSQL, --no-servers skips both).
+#    PostgreSQL, --no-servers skips both), and with --browser Debian's
+#    chromium, which the browser tests (tests/browser) drive headless.
 # 2. Creates .venv/tools, holding a pinned uv.
 # 3. Creates one virtualenv per matrix LEG under .venv/LEG with the package
 #    (editable, with hiredis), the "dev" dependency group, the leg's Django and
@@ -30,7 +31,8 @@ export UV_PYTHON_DOWNLOADS=never
 say() { printf 'bootstrap: %s\n' "$*"; }
 die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 1; }
 
-# The test matrix: Python version and Django requirement of each leg.
+# The test matrix: Python version and Django requirement of each leg, and
+# extra dependency groups.
 KNOWN_LEGS="py311-dj52 py312-dj6"
 leg_spec() {
     case "$1" in
@@ -94,6 +96,17 @@ have_postgres() {
     return 1
 }
 
+# The browser tests launch this binary: Playwright never downloads a browser.
+have_chromium() {
+    [[ -x /usr/bin/chromium ]]
+}
+
+install_browser() {
+    [[ $1 == yes ]] || return 0
+    have_chromium || apt_install chromium
+    have_chromium || die "/usr/bin/chromium still missing after installing chromium"
+}
+
 install_servers() {
     local servers=$1 missing=()
     [[ $servers == none ]] && return 0
@@ -153,9 +166,11 @@ tools_venv() {
 }
 
 leg_venv() {
-    local leg=$1 spec python_version django venv stamp want interpreter start
+    local leg=$1 spec python_version django group venv stamp want interpreter start
     spec=$(leg_spec "$leg")
-    read -r python_version django <<<"$spec"
+    read -r python_version django group <<<"$spec"
+    local install=("${INSTALL_ARGS[@]}")
+    if [[ -n $group ]]; then install+=(--group "$group"); fi
     venv=$VENV_ROOT/$leg
     stamp=$venv/.bootstrap-stamp
     # Everything that decides what gets installed, and nothing else.
@@ -167,7 +182,8 @@ leg_venv() {
         return 0
     fi
     local others
-    others=$(echo "$KNOWN_LEGS" | tr ' ' '\n' | grep -vx "$leg" | paste -sd' ')
+    others=$(echo "$KNOWN_LEGS" | tr ' ' '\n' | grep -vx -e "$leg" -e bench |
+        paste -sd' ')
     interpreter=$(find_python "$python_version") || die "Python $python_version \
 not found (needed by the $leg leg; looked on PATH, in pyenv's versions and in \
 /usr/bin). Install it, or test only the other legs: make test MATRIX='$others'"
@@ -177,7 +193,7 @@ not found (needed by the $leg leg; looked on PATH, in pyenv's versions and in \
     rm -rf "$venv"
     # --seed: pip too, for trying things out by hand.
     "$UV" venv --quiet --seed --python "$interpreter" "$venv"
-    "$UV" pip install --quiet --python "$venv/bin/python" "${INSTALL_ARGS[@]}" \
+    "$UV" pip install --quiet --python "$venv/bin/python" "${install[@]}" \
         "$django"
     echo "$want" >"$stamp"
     say "$venv ready in $((SECONDS - start)) s"
@@ -186,11 +202,13 @@ not found (needed by the $leg leg; looked on PATH, in pyenv's versions and in \
 # -- main -----------------------------------------------------------------------
 
 servers=all
+browser=no
 legs=()
 for arg in "$@"; do
     case "$arg" in
         --redis-only) servers=redis ;;
         --no-servers) servers=none ;;
+        --browser) browser=yes ;;
         -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$SCRIPT"; exit 0 ;;
         -*) die "unknown option $arg" ;;
         *) leg_spec "$arg" >/dev/null; legs+=("$arg") ;;
@@ -198,6 +216,7 @@ for arg in "$@"; do
 done
 
 install_servers "$servers"
+install_browser "$browser"
 tools_venv
 for leg in "${legs[@]}"; do
     leg_venv "$leg"

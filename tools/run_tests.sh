@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Run the test suite in each matrix leg's virtualenv, once per database.
 #
-#   tools/run_tests.sh [--dbs "sqlite postgres"] [--faults LEG] [LEG ...]
+#   tools/run_tests.sh [--dbs "sqlite postgres"] [--faults LEG] [--browser LEG]
+#                      [LEG ...]
 #
 # The legs run everything but the fault-injection scenarios (tests/faults),
 # which are slow and do not depend on the Python or Django version: with
 # --faults LEG they run once, after the legs, in LEG, against each database.
+# Likewise the browser tests (tests/browser: the example shop and the admin
+# in headless Chromium, on the example's own SQLite file): with --browser LEG
+# they run once, last, in LEG, and leave their screenshots in
+# .venv/logs/screenshots (or DELAYQ_SCREENSHOTS). They need Debian's chromium
+# (tools/bootstrap.sh --browser); without it they fail.
 #
 # PYTEST_ARGS (environment) is added to every pytest command line, with shell
 # quoting, e.g. PYTEST_ARGS='-x -k "dispatch and not slow"'.
@@ -22,16 +28,18 @@ cd "$(dirname "$(realpath "$0")")/.." || exit 2
 
 dbs="sqlite postgres"
 faults_leg=""
+browser_leg=""
 legs=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --dbs) dbs=$2; shift 2 ;;
         --faults) faults_leg=$2; shift 2 ;;
+        --browser) browser_leg=$2; shift 2 ;;
         -*) echo "run_tests: unknown option $1" >&2; exit 2 ;;
         *) legs+=("$1"); shift ;;
     esac
 done
-[[ ${#legs[@]} -gt 0 || -n $faults_leg ]] ||
+[[ ${#legs[@]} -gt 0 || -n $faults_leg || -n $browser_leg ]] ||
     { echo "run_tests: no matrix leg given" >&2; exit 2; }
 
 # Quoting in PYTEST_ARGS is honoured, as on a command line.
@@ -76,9 +84,11 @@ run_pytest() {
         5) verdict="FAILED (no tests collected)" ;;
         *) verdict="FAILED (exit $status)" ;;
     esac
-    # A -k filter in PYTEST_ARGS may select no fault scenario at all; without
-    # a filter, no tests collected is a failure like anywhere else.
-    if [[ $status -eq 5 && $label == faults-* && ${#pytest_args[@]} -gt 0 ]]; then
+    # A -k filter in PYTEST_ARGS may select no fault scenario or browser test
+    # at all; without a filter, no tests collected is a failure like anywhere
+    # else.
+    if [[ $status -eq 5 && ($label == faults-* || $label == browser-*) &&
+        ${#pytest_args[@]} -gt 0 ]]; then
         verdict="nothing selected"
         status=0
     fi
@@ -89,7 +99,8 @@ run_pytest() {
 
 for leg in "${legs[@]}"; do
     for db in $dbs; do
-        run_pytest "$leg" "$db" "$leg" --ignore=tests/faults "${pytest_args[@]}"
+        run_pytest "$leg" "$db" "$leg" --ignore=tests/faults --ignore=tests/browser \
+            "${pytest_args[@]}"
     done
 done
 
@@ -98,6 +109,15 @@ if [[ -n $faults_leg ]]; then
         run_pytest "$faults_leg" "$db" "faults-$faults_leg" tests/faults \
             "${pytest_args[@]}"
     done
+fi
+
+if [[ -n $browser_leg ]]; then
+    # The example shop keeps its data in its own SQLite file, whatever the
+    # suite's database: one run is enough.
+    export DELAYQ_SCREENSHOTS=${DELAYQ_SCREENSHOTS:-$logs/screenshots}
+    run_pytest "$browser_leg" sqlite "browser-$browser_leg" tests/browser \
+        "${pytest_args[@]}"
+    printf 'run_tests: browser screenshots in %s\n' "$DELAYQ_SCREENSHOTS"
 fi
 
 printf '\nTest matrix:\n'

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -66,18 +69,67 @@ TIME_ZONE = "UTC"
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# The one setting django-delayq needs: where Redis is.
+# The one setting django-delayq needs is where Redis is; the queues are
+# optional (each task names its queue, and every command serves them all).
 DELAYQ = {
     "REDIS_URL": os.environ.get("DELAYQ_REDIS_URL", "redis://127.0.0.1:6379/0"),
-    "QUEUES": {"orders": {"shards": 2}},
+    "QUEUES": {"orders": {"shards": 2}, "coupons": {"shards": 1}},
 }
 
-#: Seconds an unpaid order waits before it is cancelled (short for the demo).
-SHOP_ORDER_CANCEL_DELAY = int(os.environ.get("SHOP_ORDER_CANCEL_DELAY", "900"))
+
+def _seconds(variable: str, default: int) -> int:
+    """A whole number of seconds (>= 0) from the environment."""
+    raw = os.environ.get(variable, str(default))
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ImproperlyConfigured(
+            f"{variable} must be a whole number of seconds (0 or more), not "
+            f"{raw!r}: e.g. {variable}={default}"
+        )
+    return value
+
+
+#: Seconds an unpaid order waits before it is cancelled; the order form
+#: offers it as the default (`make example` makes it short for the demo).
+SHOP_ORDER_CANCEL_DELAY = _seconds("SHOP_ORDER_CANCEL_DELAY", 15 * 60)
+#: How long a coupon stays valid, and how long before it expires its holder
+#: is reminded.
+SHOP_COUPON_LIFETIME = _seconds("SHOP_COUPON_LIFETIME", 7 * 86400)
+SHOP_COUPON_REMIND_BEFORE = _seconds("SHOP_COUPON_REMIND_BEFORE", 86400)
+
+
+def _not_a_poll(record: logging.LogRecord) -> bool:
+    """Keep the page's once-a-second state requests out of the server log."""
+    return "/state.json" not in record.getMessage() or record.levelno > logging.INFO
+
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"django_delayq": {"handlers": ["console"], "level": "INFO"}},
+    "filters": {
+        "not_a_poll": {"()": "django.utils.log.CallbackFilter", "callback": _not_a_poll}
+    },
+    "formatters": {
+        "server": {
+            "()": "django.utils.log.ServerFormatter",
+            "format": "[{server_time}] {message}",
+            "style": "{",
+        }
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler"},
+        "server": {
+            "class": "logging.StreamHandler",
+            "formatter": "server",
+            "filters": ["not_a_poll"],
+        },
+    },
+    "loggers": {
+        "django_delayq": {"handlers": ["console"], "level": "INFO"},
+        "shop": {"handlers": ["console"], "level": "INFO"},
+        "django.server": {"handlers": ["server"], "level": "INFO", "propagate": False},
+    },
 }

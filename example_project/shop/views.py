@@ -1,45 +1,47 @@
 from __future__ import annotations
 
+import datetime
+import secrets
+
 from django.conf import settings
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from django_delayq import cancel, schedule
-from django_delayq.models import DelayedTask
 
-from .models import Order
-from .tasks import order_cancel
+from . import live
+from .forms import OrderForm
+from .models import Coupon, Order
+from .tasks import coupon_remind, order_cancel
 
 
 @require_GET
 def order_list(request: HttpRequest) -> HttpResponse:
-    orders = list(Order.objects.all()[:50])
-    keys = [order.cancel_key for order in orders]
-    # The latest cancel task of each order, in one query.
-    tasks: dict[str, DelayedTask] = {}
-    for row in DelayedTask.objects.filter(key__in=keys).order_by("created_at"):
-        assert row.key is not None
-        tasks[row.key] = row
-    rows = [(order, tasks.get(order.cancel_key)) for order in orders]
-    return render(
-        request,
-        "shop/orders.html",
-        {"rows": rows, "cancel_delay": settings.SHOP_ORDER_CANCEL_DELAY},
-    )
+    return _page(request, OrderForm())
+
+
+@require_GET
+def state(request: HttpRequest) -> JsonResponse:
+    """What the page shows, polled by its script every second."""
+    return JsonResponse(live.snapshot())
 
 
 @require_POST
 def order_create(request: HttpRequest) -> HttpResponse:
-    item = request.POST.get("item", "").strip()[:100] or "T-shirt"
+    form = OrderForm(request.POST)
+    if not form.is_valid():
+        return _page(request, form, status=400)
     with transaction.atomic():
-        order = Order.objects.create(item=item)
+        order = Order.objects.create(item=form.cleaned_data["item"])
         # Joins this transaction: if anything below fails, neither the order
         # nor its cancel task exists, and Redis never hears of it.
         schedule(
             order_cancel,
-            delay=settings.SHOP_ORDER_CANCEL_DELAY,
+            delay=form.cleaned_data["cancel_after"],
             args=[order.pk],
             key=order.cancel_key,
         )
@@ -55,3 +57,74 @@ def order_pay(request: HttpRequest, pk: int) -> HttpResponse:
             order.save(update_fields=["status"])
             cancel(key=order.cancel_key)
     return redirect("shop:orders")
+
+
+@require_POST
+def coupon_create(request: HttpRequest, pk: int) -> HttpResponse:
+    lifetime = datetime.timedelta(seconds=settings.SHOP_COUPON_LIFETIME)
+    lead = datetime.timedelta(seconds=settings.SHOP_COUPON_REMIND_BEFORE)
+    with transaction.atomic():
+        order = get_object_or_404(Order, pk=pk)
+        coupon = Coupon.objects.create(
+            code=f"SAVE-{secrets.token_hex(3).upper()}",
+            order=order,
+            expires_at=timezone.now() + lifetime,
+        )
+        # A lead time longer than the lifetime means "remind at once".
+        schedule(
+            coupon_remind,
+            eta=max(coupon.expires_at - lead, timezone.now()),
+            args=[coupon.pk],
+            key=coupon.remind_key,
+        )
+    return redirect("shop:orders")
+
+
+@require_POST
+def coupon_use(request: HttpRequest, pk: int) -> HttpResponse:
+    with transaction.atomic():
+        coupon = get_object_or_404(Coupon.objects.select_for_update(), pk=pk)
+        if coupon.used_at is None and coupon.expires_at > timezone.now():
+            coupon.used_at = timezone.now()
+            coupon.save(update_fields=["used_at"])
+            # A used coupon needs no reminder.
+            cancel(key=coupon.remind_key)
+    return redirect("shop:orders")
+
+
+@require_POST
+def coupon_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    with transaction.atomic():
+        coupon = get_object_or_404(Coupon.objects.select_for_update(), pk=pk)
+        # In the same transaction: the reminder is cancelled if and only if
+        # the coupon is gone.
+        cancel(key=coupon.remind_key)
+        coupon.delete()
+    return redirect("shop:orders")
+
+
+def _page(request: HttpRequest, form: OrderForm, status: int = 200) -> HttpResponse:
+    context = {
+        "state": live.snapshot(),
+        "form": form,
+        "cancel_delay": live.duration(
+            datetime.timedelta(seconds=settings.SHOP_ORDER_CANCEL_DELAY)
+        ),
+        "coupon_lifetime": live.duration(
+            datetime.timedelta(seconds=settings.SHOP_COUPON_LIFETIME)
+        ),
+        "coupon_remind_before": live.duration(
+            datetime.timedelta(seconds=settings.SHOP_COUPON_REMIND_BEFORE)
+        ),
+        "tasks_url": _admin_url("admin:django_delayq_delayedtask_changelist"),
+        "dashboard_url": _admin_url("admin:django_delayq_dashboard"),
+    }
+    return render(request, "shop/orders.html", context, status=status)
+
+
+def _admin_url(name: str) -> str | None:
+    """The URL of an admin page, or None while the admin does not provide it."""
+    try:
+        return reverse(name)
+    except NoReverseMatch:
+        return None

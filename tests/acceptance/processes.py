@@ -1,21 +1,27 @@
 """Running django-delayq's commands as real processes against the test
-session's database and Redis, and stopping them by PID."""
+session's database and Redis, and stopping them by PID; and the example shop
+run the way `make example` runs it."""
 
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 import pytest
 from django.conf import settings
 from django.db import connection
 
-from tools.servers import RedisServer
+from tools.servers import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -96,3 +102,142 @@ def processes(redis_server: RedisServer, tmp_path: Path) -> Iterator[Processes]:
         yield running
     finally:
         running.stop_all()
+
+
+# -- the example shop ---------------------------------------------------------
+
+PROCFILE = ROOT / "Procfile.example"
+
+
+def procfile_commands(port: int) -> dict[str, list[str]]:
+    """The processes of ``Procfile.example`` by name, as `make example` runs
+    them, with this interpreter and the web server on ``port``."""
+    commands: dict[str, list[str]] = {}
+    for line in PROCFILE.read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        name, _, command = line.partition(":")
+        # The one variable the Procfile uses, which honcho sets to the port.
+        argv = shlex.split(command.replace("${PORT:-8000}", str(port)))
+        assert not any("$" in arg for arg in argv), f"unexpanded variable: {line}"
+        if argv[0] == "python":
+            argv[0] = sys.executable
+        commands[name.strip()] = argv
+    assert "web" in commands, "Procfile.example has no web process"
+    return commands
+
+
+class ExampleShop:
+    """The example project as `make example` runs it: migrated, with the demo
+    superuser and every process of ``Procfile.example`` (web server,
+    dispatcher, worker, sweeper), on ``redis_url``, a SQLite file of its own in
+    ``directory`` and the environment ``env`` (e.g. short delays) on top.
+
+    Use it as a context manager; each process logs to ``directory/NAME.log``.
+    ``template`` is a database file that :meth:`prepare` made, copied instead
+    of migrating again (a few seconds saved per start).
+    """
+
+    def __init__(
+        self,
+        redis_url: str,
+        directory: Path,
+        env: Mapping[str, str] | None = None,
+        template: Path | None = None,
+    ) -> None:
+        self.directory = directory
+        self.template = template
+        self.db = directory / "shop.sqlite3"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "example_project.settings",
+            "DELAYQ_REDIS_URL": redis_url,
+            "SHOP_DB": str(self.db),
+            **(env or {}),
+        }
+        self.commands = procfile_commands(self.port)
+        self.started: dict[str, subprocess.Popen[bytes]] = {}
+
+    def manage(self, *args: str) -> str:
+        """Run one ``manage.py`` command to completion and return its output."""
+        done = subprocess.run(
+            [sys.executable, "example_project/manage.py", *args],
+            env=self.env,
+            cwd=ROOT,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        return done.stdout.decode()
+
+    def prepare(self) -> Path:
+        """Migrate the database and create the demo superuser; return the file."""
+        self.manage("migrate", "--noinput", "-v", "0")
+        self.manage("demo_superuser")
+        return self.db
+
+    def start(self) -> None:
+        if self.template is None:
+            self.prepare()
+        else:
+            shutil.copyfile(self.template, self.db)
+        for name, argv in self.commands.items():
+            self.started[name] = subprocess.Popen(
+                argv,
+                env=self.env,
+                cwd=ROOT,
+                stdout=(self.directory / f"{name}.log").open("wb"),
+                stderr=subprocess.STDOUT,
+            )
+        self._wait_for_web(30)
+
+    def _wait_for_web(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        web = self.started["web"]
+        while True:
+            try:
+                with urllib.request.urlopen(self.url + "/", timeout=5):
+                    return
+            except OSError:
+                if web.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"the example's web server did not answer:\n{self.log('web')}"
+                    ) from None
+                time.sleep(0.1)
+
+    def log(self, name: str) -> str:
+        return (self.directory / f"{name}.log").read_text(errors="replace")
+
+    def logs(self) -> str:
+        """Every process's log, for a failing test's report."""
+        return "\n".join(f"---- {name} ----\n{self.log(name)}" for name in self.started)
+
+    def stop(self) -> None:
+        for process in self.started.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.started.values():
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
