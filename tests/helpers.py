@@ -32,3 +32,20 @@ def indexed_score(client: redis.Redis, task: DelayedTask) -> int | None:
 
 def expected_score(task: DelayedTask) -> int:
     return to_score(task.run_at)
+
+
+def drain(rounds: int = 10) -> None:
+    """Dispatch and work until nothing is left to do (bounded)."""
+    from django_delayq.dispatcher import Dispatcher
+    from django_delayq.worker import Worker
+
+    for _ in range(rounds):
+        moved = Dispatcher().run(once=True).moved
+        processed = Worker().run(once=True).processed
+        if not moved and not processed:
+            return
+
+
+def refresh(task: DelayedTask) -> DelayedTask:
+    """The task's row as the database has it now."""
+    return DelayedTask.objects.get(pk=task.pk)

@@ -20,7 +20,7 @@ from django_delayq import schedule
 from django_delayq.models import DelayedTask, OutboxEntry, Status
 from django_delayq.store import connection as redis_connection
 from django_delayq.sync import replay_outbox
-from tests.helpers import expected_score, indexed_score
+from tests.helpers import expected_score, indexed_score, refresh
 from tests.testapp.tasks import add, always_fails, order_cancel, send_reminder
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -47,10 +47,6 @@ def results(response) -> str:
 
 def change_url(task: DelayedTask) -> str:
     return reverse("admin:django_delayq_delayedtask_change", args=[task.pk])
-
-
-def refresh(task: DelayedTask) -> DelayedTask:
-    return DelayedTask.objects.get(pk=task.pk)
 
 
 def make_failed(task: DelayedTask, **values) -> DelayedTask:

@@ -10,7 +10,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_delayq import cancel, retry, schedule, signals
-from django_delayq.dispatcher import Dispatcher
 from django_delayq.exceptions import (
     DuplicateTask,
     InvalidArgument,
@@ -18,24 +17,10 @@ from django_delayq.exceptions import (
     TaskNotFound,
 )
 from django_delayq.models import DelayedTask, Status
-from django_delayq.worker import Worker
-from tests.helpers import expected_score, indexed_score
+from tests.helpers import drain, expected_score, indexed_score, refresh
 from tests.testapp.tasks import add, always_fails, fails_once
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def drain(rounds: int = 10) -> None:
-    """Dispatch and work until nothing is left to do (bounded)."""
-    for _ in range(rounds):
-        moved = Dispatcher().run(once=True).moved
-        processed = Worker().run(once=True).processed
-        if not moved and not processed:
-            return
-
-
-def refresh(task: DelayedTask) -> DelayedTask:
-    return DelayedTask.objects.get(pk=task.pk)
 
 
 def failed_task(**options) -> DelayedTask:

@@ -16,7 +16,7 @@ from django_delayq.registry import get
 from django_delayq.store import streams
 from django_delayq.store.keys import shard_keys
 from django_delayq.worker import Worker
-from tests.helpers import due_members, expected_score
+from tests.helpers import drain, due_members, expected_score, refresh
 from tests.testapp.models import Order
 from tests.testapp.tasks import add, always_fails, create_order, returns_a_set
 
@@ -24,19 +24,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 READY = shard_keys("delayq", "default", 0).ready
 DEAD = shard_keys("delayq", "default", 0).dead
-
-
-def drain(rounds: int = 10) -> None:
-    """Dispatch and work until nothing is left to do (bounded)."""
-    for _ in range(rounds):
-        moved = Dispatcher().run(once=True).moved
-        processed = Worker().run(once=True).processed
-        if not moved and not processed:
-            return
-
-
-def refresh(task: DelayedTask) -> DelayedTask:
-    return DelayedTask.objects.get(pk=task.pk)
 
 
 def test_a_due_task_runs_once_with_its_arguments(redis_client):
@@ -281,9 +268,7 @@ def test_worker_recreates_its_group_after_redis_lost_data(redis_client):
     assert refresh(task).status == Status.SUCCEEDED
 
 
-def test_a_worker_keeps_its_database_connection_between_tasks(
-    redis_client, settings
-):
+def test_a_worker_keeps_its_database_connection_between_tasks(redis_client, settings):
     from tests.testapp.tasks import connection_identity
 
     # Django's default: one connection per request. A worker is not one.

@@ -14,17 +14,11 @@ from django_delayq.models import DelayedTask, Status
 from django_delayq.signals import task_succeeded
 from django_delayq.store.keys import shard_keys
 from django_delayq.worker import Worker
+from tests.helpers import drain
 from tests.testapp.models import Ledger
 from tests.testapp.tasks import add, exits, fails_once, record
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def drain(rounds: int = 10) -> None:
-    for _ in range(rounds):
-        moved = Dispatcher().run(once=True).moved
-        if not moved and not Worker().run(once=True).processed:
-            return
 
 
 def row(task: DelayedTask) -> DelayedTask:
