@@ -66,7 +66,7 @@ def test_empty_batch_and_wrong_items():
 def test_bulk_rows_read_back_exactly_as_returned(redis_client):
     payloads = [
         ([1, "två", None, True, 2.5], {"nested": {"list": [1, [2, {"x": "é"}]]}}),
-        (["quote \" back\\slash \t tab \n newline"], {}),
+        (['quote " back\\slash \t tab \n newline'], {}),
         ([], {"empty": [], "obj": {}}),
     ]
     calls = [
