@@ -30,7 +30,7 @@ BOOTSTRAP := tools/bootstrap.sh
 LINT_BIN := .venv/$(LINT_LEG)/bin
 export PYTEST_ARGS
 
-.PHONY: help test test-fast tests faults browser lint typecheck docs example bootstrap clean distclean
+.PHONY: help test test-fast tests faults browser lint typecheck docs example bench bench-quick bootstrap clean distclean
 
 help: ## Show this help
 	@echo "Usage: make TARGET [MATRIX='...'] [PYTEST_ARGS='...']"
@@ -40,7 +40,7 @@ help: ## Show this help
 	@echo
 	@echo "MATRIX=\"$(MATRIX)\""
 
-test: bootstrap lint typecheck tests docs ## Everything CI checks: lint, mypy, tests over the matrix, docs
+test: bootstrap lint typecheck tests docs bench-quick ## Everything CI checks: lint, mypy, tests over the matrix, docs, benchmarks (quick)
 	@printf '\nTest matrix:\n'
 	@cat .venv/logs/summary.txt
 	@echo "make test: all checks passed"
@@ -77,6 +77,14 @@ docs: ## Build the HTML docs, warnings as errors
 	@$(BOOTSTRAP) --no-servers $(LINT_LEG)
 	$(LINT_BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 	@echo "docs: docs/_build/html/index.html"
+
+bench: ## Benchmarks against raw redis-py and the peers (about 30 min); writes docs/benchmarks.md
+	@$(BOOTSTRAP) bench
+	.venv/bench/bin/python -m benchmarks
+
+bench-quick: ## The same harness with small N (a few minutes), as `make test` runs it
+	@$(BOOTSTRAP) bench
+	.venv/bench/bin/python -m benchmarks --quick --json .venv/logs/bench-quick.json
 
 example: ## Run the example project with a private Redis (Ctrl-C stops it all)
 	@$(BOOTSTRAP) --redis-only $(EXAMPLE_LEG)

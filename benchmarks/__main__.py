@@ -39,6 +39,7 @@ FULL = Plan(
     steady=(1_000, 10.0),
     burst=(20_000, 2.0),
     workers=(1, 2, 4),
+    tuned=(4, 4, 16),
     repeats=3,
     sizes=(10_000, 100_000, 1_000_000),
     peers_schedule=20_000,
@@ -50,11 +51,12 @@ QUICK = Plan(
     schedule_repeats=2,
     dispatch_tasks=1_000,
     dispatch_backlog=10_000,
-    idle_seconds=5.0,
+    idle_seconds=3.0,
     light=(25, 2.0),
     steady=(500, 2.0),
     burst=(2_000, 1.0),
     workers=(1,),
+    tuned=(2, 2, 8),
     repeats=1,
     sizes=(1_000, 5_000),
     peers_schedule=500,
@@ -89,7 +91,7 @@ def _say(message: str) -> None:
     print(f"benchmarks: {message}", file=sys.stderr, flush=True)
 
 
-def measure(plan: Plan, *, peers: bool) -> dict[str, Any]:
+def measure(plan: Plan, *, peers: bool, quick: bool) -> dict[str, Any]:
     results: dict[str, Any] = {"plan": plan.as_dict(), "started": time.time()}
     with RedisServer() as redis, PostgresServer() as pg:
         env = dict(
@@ -133,39 +135,43 @@ def measure(plan: Plan, *, peers: bool) -> dict[str, Any]:
             str(plan.dispatch_backlog),
             "--idle-seconds",
             str(plan.idle_seconds),
+            "--burst",
+            str(plan.burst[0]),
+            "--burst-window",
+            str(plan.burst[1]),
             timeout=1800,
         )
         results["end_to_end"] = []
-        scenarios = [
-            ("light", plan.light[0] * plan.light[1], plan.light[1], (1,)),
-            ("steady", plan.steady[0] * plan.steady[1], plan.steady[1], (1,)),
-            ("burst", plan.burst[0], plan.burst[1], plan.workers),
+        # (label, tasks, window, worker processes, threads each, prefetch)
+        workers, threads, prefetch = plan.tuned
+        scenarios: list[tuple[str, float, float, int, int, int | None]] = [
+            ("light", plan.light[0] * plan.light[1], plan.light[1], 1, 1, None),
+            ("steady", plan.steady[0] * plan.steady[1], plan.steady[1], 1, 1, None),
+            *(
+                ("burst", plan.burst[0], plan.burst[1], count, 1, None)
+                for count in plan.workers
+            ),
+            ("burst", plan.burst[0], plan.burst[1], workers, threads, prefetch),
         ]
-        for label, n, window, worker_counts in scenarios:
-            for workers in worker_counts:
-                _say(f"end to end: {label}, {int(n):,} tasks, {workers} worker(s)")
-                runs = [
-                    _child(
-                        env,
-                        "benchmarks.end_to_end",
-                        "--db",
-                        "postgres",
-                        "--tasks",
-                        str(int(n)),
-                        "--window",
-                        str(window),
-                        "--workers",
-                        str(workers),
-                        "--time-limit",
-                        str(plan.time_limit),
-                        "--json",
-                        timeout=600,
-                    )
-                    for _ in range(plan.repeats)
-                ]
-                results["end_to_end"].append(
-                    {"scenario": label, "window_s": window, **_median_of(runs)}
-                )
+        for label, n, window, processes, each, ahead in scenarios:
+            _say(
+                f"end to end: {label}, {int(n):,} tasks, {processes} worker(s) "
+                f"x {each} thread(s)"
+            )
+            argv = ["benchmarks.end_to_end", "--db", "postgres"]
+            argv += ["--tasks", str(int(n)), "--window", str(window)]
+            argv += ["--workers", str(processes), "--concurrency", str(each)]
+            argv += [] if ahead is None else ["--prefetch", str(ahead)]
+            argv += ["--time-limit", str(plan.time_limit), "--json"]
+            runs = [_child(env, *argv, timeout=600) for _ in range(plan.repeats)]
+            results["end_to_end"].append(
+                {
+                    "scenario": label,
+                    "window_s": window,
+                    "prefetch": ahead or 4,
+                    **_median_of(runs),
+                }
+            )
         _say("footprint and growth: " + ", ".join(f"{s:,}" for s in plan.sizes))
         results["footprint"] = _child(
             env,
@@ -178,33 +184,34 @@ def measure(plan: Plan, *, peers: bool) -> dict[str, Any]:
             timeout=3600,
         )
     if peers:
-        results["peers"] = _peers(plan)
+        results["peers"] = _peers(plan, quick)
     results["finished"] = time.time()
     return results
 
 
-def _peers(plan: Plan) -> list[dict[str, Any]]:
+def _peers(plan: Plan, quick: bool) -> list[dict[str, Any]]:
+    """Each peer with its defaults, then (full runs) with its knobs turned."""
     from benchmarks.peers import PEERS, run_peer
+    from benchmarks.peers.__main__ import QUICK as PEERS_QUICK
 
     found = []
     for name in PEERS:
-        for tuned in (False, True):
+        for tuned in (False,) if quick else (False, True):
             _say(f"peer: {name}{' (tuned)' if tuned else ''}")
-            found.append(
-                run_peer(
-                    name,
-                    n_schedule=plan.peers_schedule,
-                    light=plan.light,
-                    steady=plan.steady,
-                    burst_n=plan.burst[0],
-                    burst_window_s=plan.burst[1],
-                    workers=1,
-                    idle_seconds=plan.idle_seconds,
-                    memory_n=plan.sizes[0],
-                    tuned=tuned,
-                    time_limit_s=plan.time_limit,
-                )
+            sizes: dict[str, Any] = dict(
+                n_schedule=plan.peers_schedule,
+                light=plan.light,
+                steady=plan.steady,
+                burst_n=plan.burst[0],
+                burst_window_s=plan.burst[1],
+                idle_seconds=plan.idle_seconds,
+                memory_n=plan.sizes[0],
+                time_limit_s=plan.time_limit,
             )
+            if quick:
+                # The peers' own smoke-test sizes: this only checks they run.
+                sizes = dict(PEERS_QUICK)
+            found.append(run_peer(name, workers=1, tuned=tuned, **sizes))
     return found
 
 
@@ -222,9 +229,10 @@ def main() -> int:
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     command = "python -m benchmarks" + (" --quick" if args.quick else "")
-    results = measure(plan, peers=not args.no_peers)
+    results = measure(plan, peers=not args.no_peers, quick=args.quick)
     results["command"] = command
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=1))
     report = render(results)
     print(report)

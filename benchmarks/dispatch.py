@@ -165,12 +165,15 @@ def main() -> int:
     parser.add_argument("--backlog", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--idle-seconds", type=float, default=30.0)
+    parser.add_argument("--burst", type=int, default=20_000, help="tasks in a burst")
+    parser.add_argument("--burst-window", type=float, default=2.0, help="seconds")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     setup()
     if args.json:
         steady = lateness(args.tasks, args.window)
         light = lateness(max(25, int(25 * args.window)), args.window)
+        burst = lateness(args.burst, args.burst_window)
         ours, base = move_rate(args.backlog, args.repeats)
         idle = idle_commands(args.idle_seconds)
         print(
@@ -178,6 +181,11 @@ def main() -> int:
                 {
                     "steady": {"n": args.tasks, "window_s": args.window, **steady},
                     "light": {"n": max(25, int(25 * args.window)), **light},
+                    "burst": {
+                        "n": args.burst,
+                        "window_s": args.burst_window,
+                        **burst,
+                    },
                     "move_rate": ours,
                     "move_rate_baseline": base,
                     "idle_dispatcher_cmds_per_s": idle["dispatcher"],

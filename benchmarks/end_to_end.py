@@ -47,13 +47,16 @@ def _command(name: str, *args: str) -> list[str]:
 
 
 @contextmanager
-def running(workers: int, prefetch: int | None = None) -> Iterator[None]:
+def running(
+    workers: int, prefetch: int | None = None, concurrency: int = 1
+) -> Iterator[None]:
     """A dispatcher and ``workers`` worker processes, stopped on exit by PID."""
     import redis
 
     client = redis.Redis.from_url(os.environ["DELAYQ_REDIS_URL"])
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    extra = [] if prefetch is None else ["--prefetch", str(prefetch)]
+    extra = ["--concurrency", str(concurrency)]
+    extra += [] if prefetch is None else ["--prefetch", str(prefetch)]
     argvs = [_command("delayq_dispatch", "-v", "0")]
     argvs += [_command("delayq_worker", "-v", "0", *extra) for _ in range(workers)]
     processes = [
@@ -69,7 +72,9 @@ def running(workers: int, prefetch: int | None = None) -> Iterator[None]:
             reading = sum(
                 1 for c in client.client_list() if c.get("cmd") == "xreadgroup"
             )
-            if reading >= workers and client.exists("delayq:{default:0}:lease"):
+            if reading >= workers * concurrency and client.exists(
+                "delayq:{default:0}:lease"
+            ):
                 break
             time.sleep(0.1)
         else:
@@ -88,7 +93,12 @@ def running(workers: int, prefetch: int | None = None) -> Iterator[None]:
 
 
 def scenario(
-    n: int, window: float, workers: int, time_limit: float, prefetch: int | None = None
+    n: int,
+    window: float,
+    workers: int,
+    time_limit: float,
+    prefetch: int | None = None,
+    concurrency: int = 1,
 ) -> dict[str, float]:
     """Run ``n`` tasks due evenly over ``window`` seconds; return the figures."""
     import redis
@@ -105,7 +115,7 @@ def scenario(
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("VACUUM ANALYZE django_delayq_delayedtask")
-    with running(workers, prefetch):
+    with running(workers, prefetch, concurrency):
         # Scheduling must be over before the first task is due: allow for a
         # slow bulk rate (5,000/s) plus a second.
         lead = 1.0 + n / 5000
@@ -142,6 +152,7 @@ def scenario(
         summary["completed_per_s"] = 0.0
     summary["unfinished"] = pending
     summary["workers"] = workers
+    summary["threads"] = concurrency
     return summary
 
 
@@ -152,12 +163,18 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=2.0, help="seconds")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--prefetch", type=int, default=None)
+    parser.add_argument("--concurrency", type=int, default=1, help="threads")
     parser.add_argument("--time-limit", type=float, default=120.0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     setup(args.db)
     result = scenario(
-        args.tasks, args.window, args.workers, args.time_limit, args.prefetch
+        args.tasks,
+        args.window,
+        args.workers,
+        args.time_limit,
+        args.prefetch,
+        args.concurrency,
     )
     if args.json:
         print(json.dumps(result))

@@ -32,12 +32,14 @@ say() { printf 'bootstrap: %s\n' "$*"; }
 die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 1; }
 
 # The test matrix: Python version and Django requirement of each leg, and
-# extra dependency groups.
-KNOWN_LEGS="py311-dj52 py312-dj6"
+# extra dependency groups. "bench" is no test leg: the benchmark harness and
+# the peers it measures (`make bench`).
+KNOWN_LEGS="py311-dj52 py312-dj6 bench"
 leg_spec() {
     case "$1" in
         py311-dj52) echo "3.11 Django>=5.2,<6.0" ;;
         py312-dj6) echo "3.12 Django>=6.1,<6.2" ;;
+        bench) echo "3.12 Django>=6.1,<6.2 bench" ;;
         *) die "unknown matrix leg '$1' (known: $KNOWN_LEGS)" ;;
     esac
 }
