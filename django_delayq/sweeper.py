@@ -108,8 +108,12 @@ class Sweeper:
                 result = self.sweep()
                 if result.repaired or result.replayed or result.failed:
                     logger.warning("sweep: %s", result)
-                else:
+                elif result.pruned:
                     logger.info("sweep: %s", result)
+                else:
+                    # A pass with nothing to do is the usual case: at INFO it
+                    # would fill the log every interval.
+                    logger.debug("sweep: %s", result)
             except (redis.RedisError, OSError, DatabaseError) as exc:
                 if once:
                     raise

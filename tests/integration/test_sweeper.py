@@ -206,3 +206,28 @@ def test_a_looping_sweeper_survives_an_unreachable_redis(private_redis, caplog):
         sweeper.stop()
         thread.join(timeout=10)
     assert not thread.is_alive()
+
+
+def test_a_looping_sweeper_logs_its_idle_passes_only_at_debug(redis_client, caplog):
+    from django.db import connections
+
+    sweeper = Sweeper()
+
+    def sweep() -> None:
+        try:
+            sweeper.run(interval=0.05)
+        finally:
+            connections.close_all()  # this thread's own connections
+
+    with caplog.at_level("DEBUG", logger="django_delayq"):
+        thread = threading.Thread(target=sweep)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while caplog.text.count("sweep: replayed 0") < 3:  # three idle passes
+            assert time.monotonic() < deadline, "no idle pass was logged"
+            time.sleep(0.05)
+        sweeper.stop()
+        thread.join(timeout=10)
+    passes = [r for r in caplog.records if r.getMessage().startswith("sweep: ")]
+    assert passes
+    assert {r.levelname for r in passes} == {"DEBUG"}
