@@ -150,8 +150,8 @@ def _end_to_end(results: dict[str, Any]) -> list[str]:
         "threads each (`--concurrency`) and the default `--prefetch` 4 unless "
         "the row says otherwise. Lateness = the row's `started_at - run_at` "
         "(ms), when a worker claimed it; "
-        "done/s = tasks finished / (last finish - first due). Medians of "
-        f"{results['plan']['repeats']} runs.",
+        "done/s = tasks finished / (last finish - first due). Light and steady "
+        f"loads: medians of {results['plan']['repeats']} runs; bursts: one run.",
         "",
         "| scenario | W x T | tasks | started | p50 | p90 | p99 | max | done/s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
