@@ -34,8 +34,7 @@ from django_delayq.models import DelayedTask, Status
 from django_delayq.store.keys import shard_keys
 from django_delayq.tasks_bridge import FrameworkTask
 from django_delayq.timing import ceil_ms
-from tests.helpers import expected_score, indexed_score
-from tests.integration.test_worker import drain
+from tests.helpers import drain, expected_score, indexed_score
 from tests.testapp import tasks as delayq_tasks
 from tests.testapp.django_tasks import (
     Boom,
@@ -469,3 +468,25 @@ except ImproperlyConfigured as exc:
     assert ids == "['delayq.E011', 'delayq.E011']"
     assert error.startswith("ImproperlyConfigured: ")
     assert "django-delayq[tasks]" in error
+
+
+def test_an_enqueued_task_shows_in_the_admin_and_cancels_there(
+    admin_client, redis_client
+):
+    from django.urls import reverse
+
+    later = timezone.now() + datetime.timedelta(minutes=10)
+    result = add.using(run_after=later).enqueue(2, 3)
+    changelist = reverse("admin:django_delayq_delayedtask_changelist")
+    page = admin_client.get(changelist).content.decode()
+    assert add.module_path in page
+    assert "in 10 min" in page or "in 9 min" in page
+
+    data = {"action": "cancel_tasks", "_selected_action": [result.id], "post": "yes"}
+    assert admin_client.post(changelist, data).status_code == 302
+
+    cancelled = add.get_result(result.id)
+    assert cancelled.status == TaskResultStatus.FAILED
+    assert cancelled.errors[-1].exception_class is TaskCancelled
+    row = DelayedTask.objects.get(pk=result.id)
+    assert indexed_score(redis_client, row) is None
