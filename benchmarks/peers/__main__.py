@@ -169,7 +169,21 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(
             json.dumps({"header": header, "results": results}, indent=2)
         )
+    # A peer that is slow is a result; a peer that could not be measured at
+    # all (no client, no workers) is a broken harness, which CI must see.
+    broken = [r["peer"] for r in results if not measured(r)]
+    if broken:
+        print(f"could not measure: {', '.join(broken)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def measured(result: dict[str, Any]) -> bool:
+    """True if every figure of the run was taken (slow or not)."""
+    scenarios = (result["light"], result["steady"], result["burst"])
+    return result["schedule_per_s"] is not None and all(
+        s["fired"] is not None for s in scenarios
+    )
 
 
 if __name__ == "__main__":

@@ -53,7 +53,14 @@ def load_peer(name: str) -> type[Peer]:
     if name not in _PEER_CLASSES:
         raise ValueError(f"unknown peer {name!r}: choose from {', '.join(PEERS)}")
     module_name, class_name = _PEER_CLASSES[name].split(":")
-    peer_class: type[Peer] = getattr(importlib.import_module(module_name), class_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ImportError(
+            f"{exc}: install the bench dependency group "
+            "(uv pip install --group bench) to measure the peers"
+        ) from exc
+    peer_class: type[Peer] = getattr(module, class_name)
     return peer_class
 
 

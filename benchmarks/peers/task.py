@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from typing import BinaryIO
 from urllib.parse import urlsplit
 
 RECORDER_URL_ENV = "DELAYQ_PEER_RECORDER_URL"
 
-# One connection per process: a forked worker (RQ's work horse, Celery's
-# pool) must not write on a socket its parent opened.
-_conn: tuple[int, socket.socket, BinaryIO] | None = None
+# One connection per thread of each process: Dramatiq runs tasks on 8
+# threads that must not interleave on one socket, and a forked worker (RQ's
+# work horse, Celery's pool) must not use a socket its parent opened.
+_local = threading.local()
 
 
 def samples_key(tag: str) -> str:
@@ -28,13 +30,14 @@ def samples_key(tag: str) -> str:
 
 
 def _connection() -> tuple[socket.socket, BinaryIO]:
-    global _conn
-    if _conn is None or _conn[0] != os.getpid():
+    conn: tuple[int, socket.socket, BinaryIO] | None = getattr(_local, "conn", None)
+    if conn is None or conn[0] != os.getpid():
         url = urlsplit(os.environ[RECORDER_URL_ENV])
         sock = socket.create_connection((url.hostname, url.port or 6379), timeout=10)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        _conn = (os.getpid(), sock, sock.makefile("rb"))
-    return _conn[1], _conn[2]
+        conn = (os.getpid(), sock, sock.makefile("rb"))
+        _local.conn = conn
+    return conn[1], conn[2]
 
 
 def _command(*parts: bytes) -> bytes:
