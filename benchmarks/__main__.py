@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,9 @@ def _median_of(runs: list[dict[str, float]]) -> dict[str, float]:
 
 
 def _say(message: str) -> None:
-    print(f"benchmarks: {message}", file=sys.stderr, flush=True)
+    # One write per line: quick runs call this from several threads.
+    sys.stderr.write(f"benchmarks: {message}\n")
+    sys.stderr.flush()
 
 
 def measure(plan: Plan, *, peers: bool, quick: bool) -> dict[str, Any]:
@@ -192,15 +195,21 @@ def measure(plan: Plan, *, peers: bool, quick: bool) -> dict[str, Any]:
 
 
 def _peers(plan: Plan, quick: bool) -> list[dict[str, Any]]:
-    """Each peer with its defaults, then (full runs) with its knobs turned."""
+    """Each peer with its defaults, then (full runs) with its knobs turned.
+
+    A quick run only checks that every peer still runs, so its peers run side
+    by side (each on servers of its own); a full run measures them one at a
+    time on a quiet machine.
+    """
     from benchmarks.peers import PEERS, run_peer
     from benchmarks.peers.__main__ import QUICK as PEERS_QUICK
 
-    found = []
-    for name in PEERS:
-        for tuned in (False,) if quick else (False, True):
-            _say(f"peer: {name}{' (tuned)' if tuned else ''}")
-            sizes: dict[str, Any] = dict(
+    def measure_peer(name: str, tuned: bool) -> dict[str, Any]:
+        _say(f"peer: {name}{' (tuned)' if tuned else ''}")
+        if quick:
+            sizes: dict[str, Any] = dict(PEERS_QUICK)  # the peers' smoke test
+        else:
+            sizes = dict(
                 n_schedule=plan.peers_schedule,
                 light=plan.light,
                 steady=plan.steady,
@@ -210,11 +219,12 @@ def _peers(plan: Plan, quick: bool) -> list[dict[str, Any]]:
                 memory_n=plan.sizes[0],
                 time_limit_s=plan.time_limit,
             )
-            if quick:
-                # The peers' own smoke-test sizes: this only checks they run.
-                sizes = dict(PEERS_QUICK)
-            found.append(run_peer(name, workers=1, tuned=tuned, **sizes))
-    return found
+        return run_peer(name, workers=1, tuned=tuned, **sizes)
+
+    if quick:
+        with ThreadPoolExecutor(max_workers=len(PEERS)) as pool:
+            return list(pool.map(lambda name: measure_peer(name, False), PEERS))
+    return [measure_peer(name, tuned) for name in PEERS for tuned in (False, True)]
 
 
 def main() -> int:
@@ -242,6 +252,14 @@ def main() -> int:
     if target is not None:
         target.write_text(report)
         _say(f"wrote {target}")
+    # A slow peer is a result; one that could not be measured at all is a
+    # broken harness, which the quick run in CI must report.
+    from benchmarks.peers.__main__ import measured
+
+    broken = [r["peer"] for r in results.get("peers", []) if not measured(r)]
+    if broken:
+        _say(f"could not measure: {', '.join(broken)}")
+        return 1
     return 0
 
 

@@ -328,6 +328,35 @@ def _targets(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def _limits() -> list[str]:
+    """What bounds the figures, independent of any one run."""
+    return [
+        "## What limits these figures",
+        "",
+        "- **Tasks started per second** (end to end, bursts) are bounded by the "
+        "worker, not by dispatch, which moves a 20,000-task burst to the ready "
+        "streams within a few milliseconds of each due time. Each task costs a "
+        "worker four PostgreSQL statements (claim with `UPDATE ... RETURNING`, "
+        "`BEGIN`, the success `UPDATE` fenced on the attempt, `COMMIT`) and one "
+        "Redis round trip to acknowledge it: that one transaction per task is "
+        "what makes a database-only task take effect exactly once even when a "
+        "worker dies or is paused. More worker processes help up to the cores "
+        "the machine has; threads help only tasks that wait on I/O.",
+        "- **Lateness to start** at a steady 1,000 tasks/s follows from the "
+        "above: one worker process runs a few hundred trivial tasks per second, "
+        "so a queue fed faster than that backs up. At light load the start "
+        "lateness is the dispatch lateness plus the worker's claim.",
+        "- **Bulk scheduling** on PostgreSQL goes through `COPY`; what remains "
+        "is Python building and validating each call (payload checks, ids, "
+        "the model instance), about 40 microseconds per task.",
+        "- **Redis bytes per task**: a sorted-set member costs Redis a "
+        "skiplist node and a hash-table entry whatever the member's size; our "
+        "16-byte members already cost less than the usual 36-character UUID "
+        "strings, and the cost stays flat as the backlog grows.",
+        "",
+    ]
+
+
 def render(results: dict[str, Any]) -> str:
     took = results["finished"] - results["started"]
     when = datetime.datetime.fromtimestamp(results["started"], datetime.UTC)
@@ -353,5 +382,6 @@ def render(results: dict[str, Any]) -> str:
         *_end_to_end(results),
         *_footprint(results),
         *_peers(results),
+        *_limits(),
     ]
     return "\n".join(lines).rstrip() + "\n"
