@@ -272,7 +272,7 @@ def _retry_or_fail(
     with transaction.atomic(using=db):
         updated = (
             DelayedTask.objects.using(db)
-            .filter(**_fence(row, attempt))
+            .filter(**_fence(row, attempt), status=Status.RUNNING)
             .update(
                 status=Status.SCHEDULED,
                 run_at=run_at,

@@ -323,3 +323,19 @@ def test_a_paused_attempt_cannot_finish_the_run_that_retried_the_task(redis_clie
     row = refresh(task)
     assert (row.status, row.attempts, row.claim_entry) == (Status.RUNNING, 1, "2-0")
     assert not Order.objects.filter(status="stale").exists()  # rolled back
+
+
+def test_a_paused_attempts_failure_cannot_reschedule_a_task_that_moved_on(
+    redis_client,
+):
+    from django_delayq.execution import _retry_or_fail, fail
+
+    task = schedule(add, args=[1, 1], max_attempts=3)
+    stale = refresh(task)
+    assert _claim(stale, "1-0") == 1  # a worker starts attempt 1, then pauses
+    # Meanwhile the attempt is given up for lost and the task fails.
+    assert fail(refresh(task), 1, "worker lost", "", expect=Status.RUNNING)
+    # The paused worker wakes up, and its attempt raised: no retry may follow.
+    _retry_or_fail(stale, 1, RuntimeError("late"), error="late", trace="")
+    row = refresh(task)
+    assert (row.status, row.last_error) == (Status.FAILED, "worker lost")
