@@ -102,18 +102,21 @@ class Sweeper:
     def run(self, *, interval: float = 30.0, once: bool = False) -> SweepResult:
         """Sweep every ``interval`` seconds until :meth:`stop`; return the last pass."""
         result = SweepResult()
+        first = True
         self._lock_ms = max(2000, int(2 * interval * 1000))
         while not self._stopping.is_set():
             try:
                 result = self.sweep()
                 if result.repaired or result.replayed or result.failed:
                     logger.warning("sweep: %s", result)
-                elif result.pruned:
+                elif result.pruned or first:
+                    # The first pass says the sweeper is up and working.
                     logger.info("sweep: %s", result)
                 else:
                     # A pass with nothing to do is the usual case: at INFO it
                     # would fill the log every interval.
                     logger.debug("sweep: %s", result)
+                first = False
             except (redis.RedisError, OSError, DatabaseError) as exc:
                 if once:
                     raise
