@@ -22,16 +22,20 @@ from ..models import DelayedTask
 MAX_NAMES = 200
 
 
-class QueueFilter(admin.SimpleListFilter):
-    title = _("queue")
-    parameter_name = "queue"
+class _ValueFilter(admin.SimpleListFilter):
+    """Filter on one column by value; subclasses say which values to offer."""
+
+    field = ""
+
+    def names(self) -> list[str]:
+        raise NotImplementedError
 
     def lookups(
         self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
     ) -> list[tuple[str, str]]:
-        names = list(get_settings().queues)
-        # A queue that was configured once may still have rows; keep it
-        # reachable while it is the selected one.
+        names = self.names()
+        # A value that is no longer offered (a queue configured once, a name
+        # past the cap) stays reachable while it is the selected one.
         selected = self.value()
         if selected and selected not in names:
             names.append(selected)
@@ -41,28 +45,24 @@ class QueueFilter(admin.SimpleListFilter):
         self, request: HttpRequest, queryset: QuerySet[Any]
     ) -> QuerySet[Any] | None:
         value = self.value()
-        return queryset.filter(queue=value) if value else queryset
+        return queryset.filter(**{self.field: value}) if value else queryset
 
 
-class TaskNameFilter(admin.SimpleListFilter):
+class QueueFilter(_ValueFilter):
+    title = _("queue")
+    parameter_name = field = "queue"
+
+    def names(self) -> list[str]:
+        return list(get_settings().queues)
+
+
+class TaskNameFilter(_ValueFilter):
     title = _("task name")
-    parameter_name = "name"
+    parameter_name = field = "name"
 
-    def lookups(
-        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
-    ) -> list[tuple[str, str]]:
-        names = list(
+    def names(self) -> list[str]:
+        return list(
             DelayedTask.objects.order_by("name")
             .values_list("name", flat=True)
             .distinct()[:MAX_NAMES]
         )
-        selected = self.value()
-        if selected and selected not in names:
-            names.append(selected)
-        return [(name, name) for name in names]
-
-    def queryset(
-        self, request: HttpRequest, queryset: QuerySet[Any]
-    ) -> QuerySet[Any] | None:
-        value = self.value()
-        return queryset.filter(name=value) if value else queryset
