@@ -18,7 +18,7 @@ parameter per value); a bulk schedule knows every column up front, so:
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import connections
@@ -120,6 +120,19 @@ def _prep(name: str, value: Any, connection: Any) -> Any:
     return _field(name).get_db_prep_save(value, connection)
 
 
+#: Statement text by (database vendor, statement, columns): built once, not
+#: for every task a worker runs.
+_statements: dict[tuple[str, ...], str] = {}
+
+
+def _statement(connection: Any, key: tuple[str, ...], build: Any) -> str:
+    cache_key = (connection.vendor, *key)
+    sql = _statements.get(cache_key)
+    if sql is None:
+        sql = _statements[cache_key] = build()
+    return sql
+
+
 def claim_due(task_id: Any, entry_id: str, now: Any, using: str) -> DelayedTask | None:
     """Claim a scheduled, due task and return its row, in one round trip.
 
@@ -133,18 +146,7 @@ def claim_due(task_id: Any, entry_id: str, now: Any, using: str) -> DelayedTask 
     connection = connections[using]
     if not connection.features.can_return_columns_from_insert:
         return None
-    meta = DelayedTask._meta
-    status, attempts, started_at, claim_entry, pk, run_at = (
-        _column(name, connection)
-        for name in ("status", "attempts", "started_at", "claim_entry", "id", "run_at")
-    )
-    returning = ", ".join(_column(f.name, connection) for f in meta.concrete_fields)
-    sql = (
-        f"UPDATE {connection.ops.quote_name(meta.db_table)} SET {status} = %s, "
-        f"{attempts} = {attempts} + 1, {started_at} = %s, {claim_entry} = %s "
-        f"WHERE {pk} = %s AND {status} = %s AND {run_at} <= %s "
-        f"RETURNING {returning}"
-    )
+    sql = _statement(connection, ("claim",), lambda: _claim_sql(connection))
     moment = _prep("started_at", now, connection)
     params = [
         "running",
@@ -158,6 +160,21 @@ def claim_due(task_id: Any, entry_id: str, now: Any, using: str) -> DelayedTask 
     return next(iter(DelayedTask.objects.using(using).raw(sql, params)), None)
 
 
+def _claim_sql(connection: Any) -> str:
+    meta = DelayedTask._meta
+    status, attempts, started_at, claim_entry, pk, run_at = (
+        _column(name, connection)
+        for name in ("status", "attempts", "started_at", "claim_entry", "id", "run_at")
+    )
+    returning = ", ".join(_column(f.name, connection) for f in meta.concrete_fields)
+    return (
+        f"UPDATE {connection.ops.quote_name(meta.db_table)} SET {status} = %s, "
+        f"{attempts} = {attempts} + 1, {started_at} = %s, {claim_entry} = %s "
+        f"WHERE {pk} = %s AND {status} = %s AND {run_at} <= %s "
+        f"RETURNING {returning}"
+    )
+
+
 def update_attempt(
     task_id: Any, attempt: int, claim_entry: str, values: dict[str, Any], using: str
 ) -> bool:
@@ -168,16 +185,22 @@ def update_attempt(
     maps field names to Python values. True if the row was updated.
     """
     connection = connections[using]
-    assignments = ", ".join(f"{_column(name, connection)} = %s" for name in values)
-    sql = (
-        f"UPDATE {connection.ops.quote_name(DelayedTask._meta.db_table)} "
-        f"SET {assignments} WHERE {_column('id', connection)} = %s "
-        f"AND {_column('status', connection)} = %s "
-        f"AND {_column('attempts', connection)} = %s "
-        f"AND {_column('claim_entry', connection)} = %s"
+    sql = _statement(
+        connection, ("update", *values), lambda: _update_sql(connection, values)
     )
     params = [_prep(name, value, connection) for name, value in values.items()]
     params += [_prep("id", task_id, connection), "running", attempt, claim_entry]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return bool(cursor.rowcount)
+
+
+def _update_sql(connection: Any, names: Iterable[str]) -> str:
+    assignments = ", ".join(f"{_column(name, connection)} = %s" for name in names)
+    return (
+        f"UPDATE {connection.ops.quote_name(DelayedTask._meta.db_table)} "
+        f"SET {assignments} WHERE {_column('id', connection)} = %s "
+        f"AND {_column('status', connection)} = %s "
+        f"AND {_column('attempts', connection)} = %s "
+        f"AND {_column('claim_entry', connection)} = %s"
+    )
