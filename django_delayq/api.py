@@ -23,7 +23,7 @@ from django.db import IntegrityError, router, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from . import registry, signals
+from . import registry, signals, transitions
 from .conf import get_settings
 from .exceptions import (
     DuplicateTask,
@@ -178,7 +178,7 @@ def cancel(
         # would fail at once on SQLite ("database is locked") whenever
         # another process wrote in between; the UPDATE instead waits for
         # the lock like any write.
-        if not _scheduled(lookup, db).update(status=Status.CANCELLED, finished_at=now):
+        if not transitions.cancel(_matching(lookup, db), now):
             return False
         row = _written(lookup, db, status=Status.CANCELLED, finished_at=now)
         unindex_after_commit([row], OutboxEntry.Action.CANCEL, db)
@@ -211,7 +211,7 @@ def reschedule(
     raise_state = ""
     with transaction.atomic(using=db, savepoint=False):
         # Write first (see cancel()), then read what was written.
-        if _scheduled(lookup, db).update(run_at=run_at):
+        if transitions.move(_matching(lookup, db), run_at):
             row: DelayedTask | None = _written(
                 lookup, db, status=Status.SCHEDULED, run_at=run_at
             )
@@ -374,7 +374,7 @@ def _release_key(key: str, db: str) -> None:
     """
     now = timezone.now()
     lookup = _Lookup(key=key)
-    if not _scheduled(lookup, db).update(status=Status.CANCELLED, finished_at=now):
+    if not transitions.cancel(_matching(lookup, db), now):
         return
     holder = _written(lookup, db, status=Status.CANCELLED, finished_at=now)
     unindex_after_commit([holder], OutboxEntry.Action.CANCEL, db)
@@ -421,12 +421,6 @@ def _matching(lookup: _Lookup, db: str) -> QuerySet[DelayedTask]:
         return rows.filter(key=lookup.key)
     assert lookup.task_id is not None
     return rows.filter(pk=lookup.task_id)
-
-
-def _scheduled(lookup: _Lookup, db: str) -> QuerySet[DelayedTask]:
-    """The scheduled task the lookup names (at most one: keys are unique
-    among active tasks)."""
-    return _matching(lookup, db).filter(status=Status.SCHEDULED)
 
 
 def _written(lookup: _Lookup, db: str, **values: Any) -> DelayedTask:
@@ -513,12 +507,7 @@ def retry(
             # task holds now violates the active-key index, and only the
             # savepoint is rolled back then, not the caller's transaction.
             with transaction.atomic(using=db):
-                updated = _failed(lookup, db).update(
-                    status=Status.SCHEDULED,
-                    run_at=run_at,
-                    attempts=0,
-                    finished_at=None,
-                )
+                updated = transitions.restart(_matching(lookup, db), run_at)
         except IntegrityError:
             updated = 0
             refusal = _retry_key_clash(lookup, db)
@@ -539,10 +528,6 @@ def retry(
         task_or_id.status, task_or_id.run_at = Status.SCHEDULED, run_at
         task_or_id.attempts, task_or_id.finished_at = 0, None
     return row
-
-
-def _failed(lookup: _Lookup, db: str) -> QuerySet[DelayedTask]:
-    return _matching(lookup, db).filter(status=Status.FAILED)
 
 
 def _retry_refusal(row: DelayedTask) -> InvalidTaskState:

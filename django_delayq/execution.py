@@ -1,19 +1,17 @@
-"""Running one task: claim the row, call the function, record the outcome.
+"""Running one task on its own: decide from the row, claim it, run it, record it.
 
-The row is the truth, and every state change is a conditional UPDATE fenced on
-``status`` and ``attempts``:
+Most tasks are claimed and run in groups (:mod:`django_delayq.group_commit`);
+this module is the path for everything a group does not take: a delivery
+whose row is not simply scheduled and due (early, running, finished,
+missing), a task registered with ``atomic=False``, a task this worker does
+not know, and a group's tasks after the group was fenced. It also holds what
+both paths share: recording a failure, the retry backoff, the log lines.
 
-* claim: ``scheduled -> running``, ``attempts + 1``, only if ``run_at <= now``
-  by this worker's clock (a task never starts early);
-* re-claim of a task whose worker died: ``running(n) -> running(n + 1)``;
-* outcome: ``running(n) -> succeeded | scheduled (retry) | failed``, also
-  fenced on the stream entry that claimed attempt ``n``.
-
-For ``atomic`` tasks (the default) the function and the success UPDATE share
-one transaction. If the fence fails (this worker was paused past its
-visibility timeout and another worker took the task over), the transaction
-rolls back the function's database writes with it: a stale worker's late
-completion has no effect.
+For ``atomic`` tasks (the default) the function and the success UPDATE
+share one transaction. If the outcome is fenced (this worker was paused past
+its visibility timeout and another worker took the task over), the
+transaction rolls back the function's database writes with it: a stale
+worker's late completion has no effect.
 """
 
 from __future__ import annotations
@@ -28,15 +26,14 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import router, transaction
 from django.utils import timezone
 
-from . import registry, signals
+from . import registry, signals, transitions
 from .conf import get_settings
 from .exceptions import InvalidPayload, TaskNotRegistered
 from .models import DelayedTask, OutboxEntry, Status
 from .payload import check_value
-from .rows import claim_due, update_attempt
 from .sync import index_after_commit
 from .timing import ceil_ms
 
@@ -58,14 +55,28 @@ class Outcome:
 
 
 DONE = Outcome(Disposition.DONE)
+LEAVE = Outcome(Disposition.LEAVE)
 
 #: An entry this close to its task's run_at (by this worker's clock) is held
 #: until then instead of being put back in the due-set.
 EARLY_WAIT_SECONDS = 1.0
 
 
-class _Fenced(Exception):
+class Verdict(enum.Enum):
+    """What recording a failed attempt did."""
+
+    RETRYING = "retrying"
+    FAILED = "failed"
+    FENCED = "fenced"  # the attempt is not this worker's any more
+
+
+class Fenced(Exception):
     """The row moved on under us: roll back and record nothing."""
+
+
+def write_db() -> str:
+    """The database of task rows: always the primary, as a replica may lag."""
+    return router.db_for_write(DelayedTask)
 
 
 def execute(
@@ -80,13 +91,7 @@ def execute(
 
     Database errors propagate: the caller keeps the entry and tries again.
     """
-    db = _db()
-    # The common case first: a scheduled task, due by our clock, claimed in
-    # one UPDATE ... RETURNING. Anything else takes the read-then-claim path.
-    # Always the primary: a replica may not have the row yet.
-    row = claim_due(task_id, entry_id, timezone.now(), db)
-    if row is not None:
-        return _start(row, row.attempts)
+    db = write_db()
     row = DelayedTask.objects.using(db).filter(pk=task_id).first()
     if row is None:
         return Outcome(Disposition.DEAD, "no task row has this id")
@@ -118,33 +123,156 @@ def execute(
             logger.debug("task %s is not due until %s; re-delayed", row.pk, row.run_at)
             index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
             return DONE
-    attempt = _claim(row, entry_id)
-    if attempt is None:
+    if transitions.claim(row, entry_id, timezone.now(), db) is None:
         return DONE  # another worker, a cancel or a reschedule won
-    return _start(row, attempt)
+    return start(row)
 
 
-def _start(row: DelayedTask, attempt: int) -> Outcome:
-    """Run attempt ``attempt`` of a row this worker has just claimed."""
+def start(row: DelayedTask) -> Outcome:
+    """Run the current attempt of a row this worker has just claimed, alone."""
     try:
         registered = registry.get(row.name)
     except TaskNotRegistered as exc:
-        # Maybe this worker runs older code than the one that scheduled it
-        # (a rolling deploy): the attempt fails and is retried with backoff,
-        # so an up-to-date worker can take it. No code runs here.
-        reason = f"task name {row.name!r} is not registered in this worker"
-        failed = _retry_or_fail(row, attempt, exc, error=reason, trace="")
-        return Outcome(Disposition.DEAD, reason) if failed else DONE
-    _log(logging.DEBUG, "started", row)
-    signals.send(signals.task_started, row)
-    if not _run(row, registered, attempt):
+        return unknown_task(row, exc)
+    if not run_alone(row, registered):
         # Another worker took this attempt over while we were paused: the
         # entry is its now, so leave it unacknowledged.
-        return Outcome(Disposition.LEAVE)
+        return LEAVE
     return DONE
 
 
-def _log(level: int, event: str, row: DelayedTask, **fields: object) -> None:
+def unknown_task(row: DelayedTask, exc: TaskNotRegistered) -> Outcome:
+    """A claimed row whose name this worker does not know: no code runs.
+
+    Maybe this worker runs older code than the one that scheduled it (a
+    rolling deploy): the attempt fails and is retried with backoff, so an
+    up-to-date worker can take it.
+    """
+    reason = f"task name {row.name!r} is not registered in this worker"
+    verdict = record_failure(row, exc, error=reason, trace="")
+    return Outcome(Disposition.DEAD, reason) if verdict is Verdict.FAILED else DONE
+
+
+def run_alone(row: DelayedTask, registered: registry.Task[Any, Any]) -> bool:
+    """Run the function and record the outcome; False if the attempt was fenced."""
+    db = write_db()
+    committed: list[bool] = []
+    started = row.started_at = timezone.now()
+    log_event(logging.DEBUG, "started", row)
+    signals.send(signals.task_started, row)
+    try:
+        if registered.atomic:
+            with transaction.atomic(using=db):
+                # Registered first, so it runs first at the commit: if a
+                # callback the task registered raises afterwards, we still
+                # know the task's work and its success were committed.
+                transaction.on_commit(lambda: committed.append(True), using=db)
+                result = stored_value(row, registered.func(*row.args, **row.kwargs))
+                if not transitions.succeed(row, result, started, timezone.now(), db):
+                    raise Fenced
+        else:
+            result = stored_value(row, registered.func(*row.args, **row.kwargs))
+            if not transitions.succeed(row, result, started, timezone.now(), db):
+                raise Fenced
+    except Fenced:
+        log_fenced(row)
+        return False
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:
+        if committed:
+            logger.exception(
+                "task %s succeeded, but an on_commit callback it registered "
+                "raised; later callbacks of that transaction did not run",
+                row.pk,
+            )
+        else:
+            # Task code calling sys.exit() (or raising KeyboardInterrupt)
+            # fails its attempt like any error; it must not end the thread.
+            record_failure(row, exc)
+            return True
+    report_success(row)
+    return True
+
+
+def stored_value(row: DelayedTask, result: Any) -> Any:
+    """The return value as stored: JSON only; anything else is dropped."""
+    try:
+        return check_value(result, "the return value")
+    except InvalidPayload as exc:
+        logger.warning("task %s: %s; it is not stored", row.pk, exc)
+        return None
+
+
+def report_success(row: DelayedTask) -> None:
+    """Log and signal a success, once it is committed."""
+    log_event(logging.INFO, "succeeded", row)
+    signals.send(signals.task_succeeded, row, result=row.result)
+
+
+def log_fenced(row: DelayedTask) -> None:
+    logger.warning(
+        "task %s: attempt %d finished after another worker took it over; "
+        "its completion was discarded",
+        row.pk,
+        row.attempts,
+    )
+
+
+def record_failure(
+    row: DelayedTask,
+    exc: BaseException,
+    *,
+    error: str | None = None,
+    trace: str | None = None,
+) -> Verdict:
+    """Schedule the next attempt of ``row``, or fail the task.
+
+    Runs in the caller's transaction if there is one (a group's), else in
+    its own; the log line and signal follow the commit either way.
+    """
+    attempt = row.attempts
+    error = f"{type(exc).__name__}: {exc}" if error is None else error
+    trace = traceback.format_exc() if trace is None else trace
+    if attempt >= row.max_attempts:
+        failed = fail(row, attempt, error, trace, expect=Status.RUNNING)
+        return Verdict.FAILED if failed else Verdict.FENCED
+    run_at = ceil_ms(timezone.now() + backoff(attempt))
+    db = write_db()
+    with transaction.atomic(using=db, savepoint=False):
+        if not transitions.retry_later(row, attempt, run_at, error, trace, db):
+            return Verdict.FENCED
+        # The retry goes through the same due-set as any delayed task.
+        index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
+
+        def report() -> None:
+            fields = {"error": repr(error), "retry_at": run_at.isoformat()}
+            log_event(logging.WARNING, "retrying", row, **fields)
+            signals.send(signals.task_retried, row, error=error, run_at=run_at)
+
+        transaction.on_commit(report, using=db)
+    return Verdict.RETRYING
+
+
+def fail(
+    row: DelayedTask, attempt: int, error: str, trace: str, *, expect: str
+) -> bool:
+    """Mark the task failed, fenced on ``expect`` status and the attempt.
+
+    The log line and ``task_failed`` follow the commit (at once outside a
+    transaction).
+    """
+    db = write_db()
+    if not transitions.fail(row, attempt, error, trace, expect=expect, using=db):
+        return False
+
+    def report() -> None:
+        log_event(logging.ERROR, "failed", row, error=repr(error))
+        signals.send(signals.task_failed, row, error=error)
+
+    transaction.on_commit(report, using=db)
+    return True
+
+
+def log_event(level: int, event: str, row: DelayedTask, **fields: object) -> None:
     """One key=value line per task event, easy to grep and to parse."""
     if not logger.isEnabledFor(level):
         return
@@ -170,167 +298,6 @@ def _log(level: int, event: str, row: DelayedTask, **fields: object) -> None:
     )
 
 
-def _claim(row: DelayedTask, entry_id: str) -> int | None:
-    now = timezone.now()
-    rows = DelayedTask.objects.using(_db()).filter(pk=row.pk, attempts=row.attempts)
-    if row.status == Status.SCHEDULED:
-        rows = rows.filter(status=Status.SCHEDULED, run_at__lte=now)
-    else:
-        rows = rows.filter(status=Status.RUNNING, claim_entry=entry_id)
-    attempt = row.attempts + 1
-    if not rows.update(
-        status=Status.RUNNING, attempts=attempt, started_at=now, claim_entry=entry_id
-    ):
-        return None
-    row.status, row.attempts, row.started_at = Status.RUNNING, attempt, now
-    row.claim_entry = entry_id
-    return attempt
-
-
-def _run(row: DelayedTask, registered: registry.Task[Any, Any], attempt: int) -> bool:
-    """Run the function and record the outcome; False if the attempt was fenced."""
-    db = _db()
-    committed: list[bool] = []
-    try:
-        if registered.atomic:
-            with transaction.atomic(using=db):
-                # Registered first, so it runs first at the commit: if a
-                # callback the task registered raises afterwards, we still
-                # know the task's work and its success were committed.
-                transaction.on_commit(lambda: committed.append(True), using=db)
-                result = registered.func(*row.args, **row.kwargs)
-                _succeed(row, attempt, result)
-        else:
-            result = registered.func(*row.args, **row.kwargs)
-            with transaction.atomic(using=db):
-                _succeed(row, attempt, result)
-    except _Fenced:
-        logger.warning(
-            "task %s: attempt %d finished after another worker took it over; "
-            "its completion was discarded",
-            row.pk,
-            attempt,
-        )
-        return False
-    except (Exception, SystemExit, KeyboardInterrupt) as exc:
-        if committed:
-            logger.exception(
-                "task %s succeeded, but an on_commit callback it registered "
-                "raised; later callbacks of that transaction did not run",
-                row.pk,
-            )
-        else:
-            # Task code calling sys.exit() (or raising KeyboardInterrupt)
-            # fails its attempt like any error; it must not end the thread.
-            _retry_or_fail(row, attempt, exc)
-            return True
-    _log(logging.INFO, "succeeded", row)
-    signals.send(signals.task_succeeded, row, result=row.result)
-    return True
-
-
-def _succeed(row: DelayedTask, attempt: int, result: Any) -> None:
-    try:
-        stored = check_value(result, "the return value")
-    except InvalidPayload as exc:
-        logger.warning("task %s: %s; it is not stored", row.pk, exc)
-        stored = None
-    now = timezone.now()
-    updated = update_attempt(
-        row.pk,
-        attempt,
-        row.claim_entry,
-        {
-            "status": Status.SUCCEEDED,
-            "finished_at": now,
-            "result": stored,
-            "last_error": "",
-            "last_traceback": "",
-        },
-        _db(),
-    )
-    if not updated:
-        raise _Fenced
-    row.status, row.finished_at, row.result = Status.SUCCEEDED, now, stored
-
-
-def _retry_or_fail(
-    row: DelayedTask,
-    attempt: int,
-    exc: BaseException,
-    *,
-    error: str | None = None,
-    trace: str | None = None,
-) -> bool:
-    """Schedule the next attempt, or fail the task; True if it failed."""
-    error = f"{type(exc).__name__}: {exc}" if error is None else error
-    trace = traceback.format_exc() if trace is None else trace
-    if attempt >= row.max_attempts:
-        return fail(row, attempt, error, trace, expect=Status.RUNNING)
-    run_at = ceil_ms(timezone.now() + backoff(attempt))
-    db = _db()
-    with transaction.atomic(using=db):
-        updated = (
-            DelayedTask.objects.using(db)
-            .filter(**_fence(row, attempt), status=Status.RUNNING)
-            .update(
-                status=Status.SCHEDULED,
-                run_at=run_at,
-                last_error=error,
-                last_traceback=trace,
-            )
-        )
-        if updated:
-            row.status, row.run_at = Status.SCHEDULED, run_at
-            row.last_error, row.last_traceback = error, trace
-            # The retry goes through the same due-set as any delayed task.
-            index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
-    if updated:
-        _log(
-            logging.WARNING,
-            "retrying",
-            row,
-            error=repr(error),
-            retry_at=run_at.isoformat(),
-        )
-        signals.send(signals.task_retried, row, error=error, run_at=run_at)
-    return False
-
-
-def fail(
-    row: DelayedTask, attempt: int, error: str, trace: str, *, expect: str
-) -> bool:
-    """Mark the task failed, fenced on ``expect`` status and the attempt."""
-    now = timezone.now()
-    updated = (
-        DelayedTask.objects.using(_db())
-        .filter(**_fence(row, attempt), status=expect)
-        .update(
-            status=Status.FAILED,
-            finished_at=now,
-            last_error=error,
-            last_traceback=trace,
-        )
-    )
-    if updated:
-        row.status, row.finished_at = Status.FAILED, now
-        row.last_error, row.last_traceback = error, trace
-        _log(logging.ERROR, "failed", row, error=repr(error))
-        signals.send(signals.task_failed, row, error=error)
-    return bool(updated)
-
-
-def _fence(row: DelayedTask, attempt: int) -> dict[str, Any]:
-    """The row's state an outcome may overwrite: this attempt, this delivery.
-
-    The attempt number alone is not enough: ``retry()`` starts a failed task
-    over from attempt 0, so a worker paused during attempt 3 could otherwise
-    wake up and record its outcome over the new run's attempt 3. The stream
-    entry that claimed the attempt tells them apart.
-    """
-    return {"pk": row.pk, "attempts": attempt, "claim_entry": row.claim_entry}
-
-
 def backoff(attempt: int) -> datetime.timedelta:
     """Delay before retry ``attempt + 1``: exponential, capped, with jitter.
 
@@ -341,9 +308,3 @@ def backoff(attempt: int) -> datetime.timedelta:
     settings = get_settings()
     base = min(settings.retry_backoff * 2 ** (attempt - 1), settings.retry_backoff_max)
     return datetime.timedelta(seconds=base * random.uniform(0.5, 1.0))
-
-
-def _db() -> str:
-    from django.db import router
-
-    return router.db_for_write(DelayedTask)

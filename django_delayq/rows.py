@@ -18,11 +18,10 @@ parameter per value); a bulk schedule knows every column up front, so:
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import connections
-from django.db.models import Field
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
@@ -102,105 +101,3 @@ def _copy(tasks: Sequence[DelayedTask], connection: Any) -> None:
                         if row[position] is not None:
                             row[position] = encode_json(row[position])
                     copy.write_row(row)
-
-
-def _field(name: str) -> Field[Any, Any]:
-    found = DelayedTask._meta.get_field(name)
-    assert isinstance(found, Field)
-    return found
-
-
-def _column(name: str, connection: Any) -> str:
-    column = _field(name).column
-    assert column is not None
-    return str(connection.ops.quote_name(column))
-
-
-def _prep(name: str, value: Any, connection: Any) -> Any:
-    return _field(name).get_db_prep_save(value, connection)
-
-
-#: Statement text by (database vendor, statement, columns): built once, not
-#: for every task a worker runs.
-_statements: dict[tuple[str, ...], str] = {}
-
-
-def _statement(connection: Any, key: tuple[str, ...], build: Any) -> str:
-    cache_key = (connection.vendor, *key)
-    sql = _statements.get(cache_key)
-    if sql is None:
-        sql = _statements[cache_key] = build()
-    return sql
-
-
-def claim_due(task_id: Any, entry_id: str, now: Any, using: str) -> DelayedTask | None:
-    """Claim a scheduled, due task and return its row, in one round trip.
-
-    ``UPDATE ... RETURNING``: the row moves ``scheduled -> running`` with
-    ``attempts + 1`` only if it is scheduled and due by ``now``, exactly the
-    fence of the two-step claim (read, then conditional UPDATE), which stays
-    the path for everything else (early, running, finished rows). Returns
-    None when nothing was claimed, or when the database cannot return rows
-    from an UPDATE (SQLite before 3.35).
-    """
-    connection = connections[using]
-    if not connection.features.can_return_columns_from_insert:
-        return None
-    sql = _statement(connection, ("claim",), lambda: _claim_sql(connection))
-    moment = _prep("started_at", now, connection)
-    params = [
-        "running",
-        moment,
-        entry_id,
-        _prep("id", task_id, connection),
-        "scheduled",
-        moment,
-    ]
-    # raw() applies the fields' from-database conversions (JSON, datetimes).
-    return next(iter(DelayedTask.objects.using(using).raw(sql, params)), None)
-
-
-def _claim_sql(connection: Any) -> str:
-    meta = DelayedTask._meta
-    status, attempts, started_at, claim_entry, pk, run_at = (
-        _column(name, connection)
-        for name in ("status", "attempts", "started_at", "claim_entry", "id", "run_at")
-    )
-    returning = ", ".join(_column(f.name, connection) for f in meta.concrete_fields)
-    return (
-        f"UPDATE {connection.ops.quote_name(meta.db_table)} SET {status} = %s, "
-        f"{attempts} = {attempts} + 1, {started_at} = %s, {claim_entry} = %s "
-        f"WHERE {pk} = %s AND {status} = %s AND {run_at} <= %s "
-        f"RETURNING {returning}"
-    )
-
-
-def update_attempt(
-    task_id: Any, attempt: int, claim_entry: str, values: dict[str, Any], using: str
-) -> bool:
-    """Set ``values`` on a running task if ``attempt``, claimed by the stream
-    entry ``claim_entry``, is still its attempt.
-
-    The outcome fence of every attempt, as one prepared UPDATE: ``values``
-    maps field names to Python values. True if the row was updated.
-    """
-    connection = connections[using]
-    sql = _statement(
-        connection, ("update", *values), lambda: _update_sql(connection, values)
-    )
-    params = [_prep(name, value, connection) for name, value in values.items()]
-    params += [_prep("id", task_id, connection), "running", attempt, claim_entry]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return bool(cursor.rowcount)
-
-
-def _update_sql(connection: Any, names: Iterable[str]) -> str:
-    assignments = ", ".join(f"{_column(name, connection)} = %s" for name in names)
-    return (
-        f"UPDATE {connection.ops.quote_name(DelayedTask._meta.db_table)} "
-        f"SET {assignments} WHERE {_column('id', connection)} = %s "
-        f"AND {_column('status', connection)} = %s "
-        f"AND {_column('attempts', connection)} = %s "
-        f"AND {_column('claim_entry', connection)} = %s"
-    )

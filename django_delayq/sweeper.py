@@ -37,6 +37,7 @@ import redis
 from django.db import DatabaseError, router, transaction
 from django.utils import timezone
 
+from . import transitions
 from .conf import get_settings
 from .execution import fail
 from .models import DelayedTask, OutboxEntry, Status
@@ -274,9 +275,6 @@ class Sweeper:
     ) -> None:
         """A running row whose worker and stream entry are both gone."""
         db = self.db
-        rows = DelayedTask.objects.using(db).filter(
-            pk=row.pk, status=Status.RUNNING, attempts=row.attempts
-        )
         error = (
             f"worker lost during attempt {row.attempts} of {row.max_attempts} "
             f"(no stream entry left)"
@@ -287,8 +285,7 @@ class Sweeper:
                 result.failed += 1
             return
         with transaction.atomic(using=db):
-            if rows.update(status=Status.SCHEDULED, run_at=now, last_error=error):
-                row.status, row.run_at = Status.SCHEDULED, now
+            if transitions.recover(row, now, error, db):
                 index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
                 result.recovered += 1
                 logger.warning("sweep: task %s: %s; scheduled again", row.pk, error)

@@ -1,17 +1,20 @@
 """The worker: reads the ready streams and runs the tasks they name.
 
 One :class:`Worker` per ``delayq_worker`` process, with ``concurrency``
-threads. Each thread is a consumer of every shard's group and reads with a
-blocking ``XREADGROUP`` (no polling). An entry is acknowledged and deleted
-only after the task's outcome is committed; if the worker dies first, the
-entry stays pending and another worker reclaims it with ``XAUTOCLAIM`` once
-it has been idle for ``VISIBILITY_TIMEOUT``. A heartbeat keeps the entries of
-tasks that are still running from looking idle.
+threads. Each thread is a consumer of every shard's group: it takes a batch
+of entries (from the worker's backlog, or with a blocking ``XREADGROUP``: no
+polling, and a read returns as soon as one entry is there) and hands it to
+:class:`~django_delayq.batch.Batch`, which claims, runs and records the
+tasks in groups. An entry is acknowledged and deleted only after its task's
+outcome is committed; if the worker dies first, the entry stays pending and
+another worker reclaims it with ``XAUTOCLAIM`` once it has been idle for
+``VISIBILITY_TIMEOUT``. The main thread heartbeats the entries in flight
+(:mod:`django_delayq.inflight`) so the tasks of a live worker never look
+idle.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import socket
@@ -25,9 +28,11 @@ import redis
 from django.db import DatabaseError, connections
 
 from . import registry
+from .batch import Batch
 from .conf import get_settings
 from .dbconn import recycle_connections
-from .execution import Disposition, execute
+from .group_commit import DEFAULT_BUDGET, DEFAULT_MAX_SIZE, Pacer
+from .inflight import InFlight
 from .store import streams
 from .store.connection import get_client
 from .store.keys import shard_keys
@@ -35,7 +40,8 @@ from .timing import retry_pause
 
 logger = logging.getLogger(__name__)
 
-#: Entries a thread reads from each stream at once, unless told otherwise.
+#: Entries a thread reads from each stream at once at least, unless told
+#: otherwise; more when tasks are quick enough to run more per group.
 DEFAULT_PREFETCH = 4
 
 #: How long a read blocks on the server: also how long a graceful stop may
@@ -56,13 +62,16 @@ class Worker:
 
     :param queues: queue names; ``None`` serves every configured queue.
     :param concurrency: threads, each running one task at a time.
-    :param prefetch: entries a thread reads from each ready stream at once;
-        those it does not start at once wait (heartbeated) for the next free
-        thread of this worker. More saves Redis round trips under load; fewer
-        leaves more for other workers when tasks are long.
+    :param prefetch: entries a thread reads from each ready stream at once,
+        at least (a thread reads as many as its next group can take when
+        that is more); those it does not start at once wait (heartbeated,
+        not yet claimed) for the next free thread of this worker.
     :param visibility_timeout: seconds an entry may go without a heartbeat
         before another worker reclaims it; defaults to
         ``DELAYQ["VISIBILITY_TIMEOUT"]``.
+    :param group_size: tasks committed together at most; 1 runs every task
+        in a transaction of its own.
+    :param group_budget: seconds a group may run before it commits.
     """
 
     def __init__(
@@ -72,6 +81,8 @@ class Worker:
         concurrency: int = 1,
         prefetch: int = DEFAULT_PREFETCH,
         visibility_timeout: float | None = None,
+        group_size: int = DEFAULT_MAX_SIZE,
+        group_budget: float = DEFAULT_BUDGET,
     ) -> None:
         settings = get_settings()
         names = list(settings.queues) if not queues else list(queues)
@@ -82,6 +93,14 @@ class Worker:
         if not 1 <= prefetch <= 1000:
             raise ValueError(f"prefetch must be from 1 to 1000; got {prefetch}.")
         self.prefetch = prefetch
+        if not 1 <= group_size <= 1000:
+            raise ValueError(f"group_size must be from 1 to 1000; got {group_size}.")
+        if not 0 < group_budget <= 60:
+            raise ValueError(
+                f"group_budget must be more than 0 and at most 60 seconds; "
+                f"got {group_budget}."
+            )
+        self.pacer = Pacer(budget=group_budget, max_size=group_size)
         if visibility_timeout is not None and not visibility_timeout > 0:
             raise ValueError(
                 f"visibility_timeout must be a positive number of seconds; "
@@ -103,16 +122,12 @@ class Worker:
         self.stats = WorkerStats()
         self._stats_lock = threading.Lock()
         self._stopping = threading.Event()
-        #: stream -> entry id -> consumer, for the heartbeat
-        self._in_flight: dict[str, dict[bytes, str]] = {s: {} for s in self.streams}
-        self._in_flight_lock = threading.Lock()
+        self._crashed = threading.Event()
+        self._in_flight = InFlight(self.streams)
         self._next_reclaim = 0.0
         self._reclaim_lock = threading.Lock()
-        self._backlog: collections.deque[streams.Entry] = collections.deque()
-        self._crashed = threading.Event()
         #: where each stream's reclaim scan goes on from
         self._reclaim_cursor = {stream: "0-0" for stream in self.streams}
-        self._backlog_lock = threading.Lock()
 
     # -- public ---------------------------------------------------------------
 
@@ -143,14 +158,20 @@ class Worker:
         beat = max(self.visibility_timeout / 3, 0.1)
         while alive := [t for t in threads if t.is_alive()]:
             alive[0].join(timeout=beat)
-            self._heartbeat(client)
-        self._requeue_backlog(client)
+            self._in_flight.beat(client, self.name)
+        self._in_flight.hand_back(client, self.name)
         self._leave_group(client, [f"{self.name}-{n}" for n in range(self.concurrency)])
         if self._crashed.is_set():
             raise RuntimeError(
                 f"worker {self.name}: a thread stopped on an error (logged above)"
             )
         return self.stats
+
+    def stop(self) -> None:
+        """Finish the tasks in flight, read nothing new, return from run()."""
+        self._stopping.set()
+
+    # -- start and end ------------------------------------------------------------
 
     def _start(self, client: redis.Redis, once: bool) -> bool:
         """Create the consumer groups, waiting for Redis if it is not up yet."""
@@ -173,25 +194,6 @@ class Worker:
                 self._stopping.wait(pause)
         return False
 
-    def _requeue_backlog(self, client: redis.Redis) -> None:
-        """Give entries read but not started back to the other workers now."""
-        with self._backlog_lock:
-            left, self._backlog = self._backlog, collections.deque()
-        for entry in left:
-            self._done(entry)
-        # A reclaimed entry stays pending (and is reclaimed again): only its
-        # own delivery may take its attempt over.
-        fresh = [entry for entry in left if not entry.reclaimed]
-        if not fresh:
-            return
-        try:
-            streams.requeue(client, fresh)
-        except redis.RedisError as exc:
-            # They stay pending and are reclaimed after the visibility timeout.
-            logger.warning(
-                "worker %s: could not requeue %d: %s", self.name, len(left), exc
-            )
-
     def _leave_group(self, client: redis.Redis, consumers: list[str]) -> None:
         """Remove this worker's consumers that hold no pending entries."""
         try:
@@ -199,37 +201,44 @@ class Worker:
         except redis.RedisError as exc:
             logger.debug("worker %s: could not leave the groups: %s", self.name, exc)
 
-    def stop(self) -> None:
-        """Finish the tasks in flight, read nothing new, return from run()."""
-        self._stopping.set()
-
     # -- one thread -------------------------------------------------------------
 
     def _consume(self, consumer: str, once: bool) -> None:
         client = get_client("blocking")
+        batch = Batch(
+            client,
+            consumer,
+            dead=self.dead,
+            pacer=self.pacer,
+            release=self._in_flight.release,
+            early_wait=min(self.visibility_timeout / 3, 5.0),
+        )
         failures = 0
         try:
             while not self._stopping.is_set():
-                entry = None
+                pending: list[streams.Entry] = []
                 try:
-                    entry = self._next(client, consumer, once)
-                    if entry is None:
+                    pending = self._next(client, consumer, once)
+                    if not pending:
                         if once:
                             return
                         continue
-                    self._handle(client, consumer, entry)
+                    # Drop connections that broke (or outlived a positive
+                    # CONN_MAX_AGE), but reuse healthy ones: see dbconn.
+                    recycle_connections()
+                    counts = batch.handle(pending)
+                    self._count("processed", counts.processed)
+                    self._count("dead_lettered", counts.dead_lettered)
                     failures = 0
                 except DatabaseError as exc:
-                    if entry is not None:
-                        # Keep it (heartbeated) and try it first once the
-                        # database answers, instead of waiting for a reclaim.
-                        with self._backlog_lock:
-                            self._backlog.appendleft(entry)
+                    # Keep what is left (heartbeated) and try it first once
+                    # the database answers, instead of waiting for a reclaim.
+                    self._in_flight.retry_first(pending)
                     failures += 1
                     self._pause(consumer, exc, failures)
                 except Exception as exc:
-                    if entry is not None:
-                        self._done(entry)  # reclaimed later; the row decides
+                    # Reclaimed after the visibility timeout; the rows decide.
+                    self._in_flight.release(pending)
                     failures += 1
                     self._pause(consumer, exc, failures)
         except BaseException:
@@ -258,87 +267,28 @@ class Worker:
 
     def _next(
         self, client: redis.Redis, consumer: str, once: bool
-    ) -> streams.Entry | None:
-        """The next entry to run: from this process's backlog, or read anew.
+    ) -> list[streams.Entry]:
+        """The next entries to run: from this process's backlog, or read anew.
 
-        One read returns up to ``prefetch`` entries per stream. The first is
-        run by the thread that read it; the others wait in a backlog any idle thread
-        takes from, and count as in flight (heartbeated) from the moment
-        they are read.
+        As many as the next group can take; a read that brings more leaves
+        the rest in the backlog, for whichever thread is free first.
         """
-        with self._backlog_lock:
-            if self._backlog:
-                return self._backlog.popleft()
+        size = self.pacer.size()
+        taken = self._in_flight.take(size)
+        if taken:
+            return taken
         entries = self._reclaim(client, consumer)
         if not entries:
             entries = streams.read(
                 client,
                 consumer,
                 self.streams,
-                count=self.prefetch,
+                count=max(self.prefetch, size),
                 block_ms=None if once else READ_BLOCK_MS,
             )
-        if not entries:
-            return None
-        with self._in_flight_lock:
-            for entry in entries:
-                self._in_flight[entry.stream][entry.entry_id] = consumer
-        with self._backlog_lock:
-            self._backlog.extend(entries[1:])
-        return entries[0]
-
-    def _handle(self, client: redis.Redis, consumer: str, entry: streams.Entry) -> None:
-        task_id = entry.task_id
-        if task_id is None:
-            logger.warning(
-                "worker %s: dead-lettered a malformed entry %s in %s",
-                consumer,
-                entry.entry_id,
-                entry.stream,
-            )
-            streams.dead_letter(
-                client, self.dead[entry.stream], entry, "not a task id entry"
-            )
-            self._count("dead_lettered")
-            self._done(entry)
-            return
-        # Drop connections that broke (or outlived a positive CONN_MAX_AGE)
-        # before and after each task, but reuse healthy ones: see dbconn. A
-        # database error propagates with the entry still in flight (see
-        # _consume).
-        recycle_connections()
-        outcome = execute(
-            task_id,
-            entry_id=entry.entry_id.decode(),
-            reclaimed=entry.reclaimed,
-            early_wait=min(self.visibility_timeout / 3, 5.0),
-        )
-        recycle_connections()
-        try:
-            if outcome.disposition is Disposition.LEAVE:
-                pass
-            elif outcome.disposition is Disposition.DEAD:
-                logger.warning(
-                    "worker %s: dead-lettered task %s: %s",
-                    consumer,
-                    task_id,
-                    outcome.reason,
-                )
-                streams.dead_letter(
-                    client, self.dead[entry.stream], entry, outcome.reason
-                )
-                self._count("dead_lettered")
-            else:
-                streams.finish(client, entry.stream, entry.entry_id)
-            self._count("processed")
-        finally:
-            # Even if the acknowledgement failed: the entry is then reclaimed
-            # later, and the row (now finished) makes that a no-op.
-            self._done(entry)
-
-    def _done(self, entry: streams.Entry) -> None:
-        with self._in_flight_lock:
-            self._in_flight[entry.stream].pop(entry.entry_id, None)
+        self._in_flight.hold(entries, consumer)
+        self._in_flight.wait(entries[size:])
+        return entries[:size]
 
     def _reclaim(self, client: redis.Redis, consumer: str) -> list[streams.Entry]:
         """Now and then, take over entries whose worker stopped heartbeating.
@@ -376,16 +326,7 @@ class Worker:
                 return entries
         return []
 
-    def _heartbeat(self, client: redis.Redis) -> None:
-        with self._in_flight_lock:
-            in_flight = {s: dict(e) for s, e in self._in_flight.items() if e}
-        if not in_flight:
-            return
-        try:
-            streams.heartbeat(client, in_flight)
-        except redis.RedisError as exc:
-            logger.warning("worker %s: heartbeat failed: %s", self.name, exc)
-
     def _count(self, field: str, amount: int = 1) -> None:
-        with self._stats_lock:
-            setattr(self.stats, field, getattr(self.stats, field) + amount)
+        if amount:
+            with self._stats_lock:
+                setattr(self.stats, field, getattr(self.stats, field) + amount)

@@ -46,6 +46,15 @@ def drain(rounds: int = 10) -> None:
             return
 
 
+def claim(row: DelayedTask, entry_id: str) -> int | None:
+    """Claim ``row`` for the delivery ``entry_id``, as a worker does; the attempt."""
+    from django.utils import timezone
+
+    from django_delayq import transitions
+
+    return transitions.claim(row, entry_id, timezone.now(), "default")
+
+
 def refresh(task: DelayedTask) -> DelayedTask:
     """The task's row as the database has it now."""
     return DelayedTask.objects.get(pk=task.pk)

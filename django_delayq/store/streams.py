@@ -129,6 +129,23 @@ def finish(client: redis.Redis, stream: str, entry_id: bytes) -> None:
     pipe.execute()
 
 
+def finish_many(client: redis.Redis, entries: Sequence[Entry]) -> None:
+    """Acknowledge and delete many entries: one atomic round trip per stream.
+
+    Each stream's XACK and XDEL go in one MULTI (see :func:`finish`); a
+    transaction never spans two streams, whose keys may live on different
+    cluster nodes.
+    """
+    by_stream: dict[str, list[bytes]] = {}
+    for entry in entries:
+        by_stream.setdefault(entry.stream, []).append(entry.entry_id)
+    for stream, ids in by_stream.items():
+        pipe = client.pipeline(transaction=True)
+        pipe.xack(stream, GROUP, *ids)
+        pipe.xdel(stream, *ids)
+        pipe.execute()
+
+
 def requeue(client: redis.Redis, entries: Sequence[Entry]) -> None:
     """Put entries back as new ones (readable by any consumer), in one trip."""
     pipe = client.pipeline(transaction=False)

@@ -12,13 +12,12 @@ from django.utils import timezone
 
 from django_delayq import cancel, schedule
 from django_delayq.dispatcher import Dispatcher
-from django_delayq.execution import _claim
 from django_delayq.models import DelayedTask, OutboxEntry, Status
 from django_delayq.signals import task_failed
 from django_delayq.store import connection, streams
 from django_delayq.store.keys import shard_keys
 from django_delayq.sweeper import Sweeper
-from tests.helpers import due_members, expected_score
+from tests.helpers import claim, due_members, expected_score
 from tests.testapp.tasks import add, order_cancel
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -85,7 +84,7 @@ def test_a_stuck_running_task_is_scheduled_again(redis_client):
     task = schedule(add, args=[1, 1])
     redis_client.flushall()  # its entry is gone with its worker
     row = DelayedTask.objects.get(pk=task.pk)
-    assert _claim(row, "1-0") == 1
+    assert claim(row, "1-0") == 1
     assert sweep().recovered == 0  # not stale yet
     later = timezone.now() + datetime.timedelta(seconds=301)
     assert sweep(now=later).recovered == 1
@@ -98,7 +97,7 @@ def test_a_stuck_running_task_is_scheduled_again(redis_client):
 def test_a_stuck_task_out_of_attempts_is_failed(redis_client):
     task = schedule(add, args=[1, 1], max_attempts=1)
     redis_client.flushall()
-    assert _claim(DelayedTask.objects.get(pk=task.pk), "1-0") == 1
+    assert claim(DelayedTask.objects.get(pk=task.pk), "1-0") == 1
     failures = []
 
     def on_failed(sender, task, error, **kwargs):
@@ -125,7 +124,7 @@ def test_a_running_task_whose_entry_is_pending_is_left_to_the_workers(
     ready = shard_keys("delayq", "default", 0).ready
     streams.ensure_groups(redis_client, [ready])
     streams.read(redis_client, "w-1", [ready], count=1, block_ms=None)
-    assert _claim(DelayedTask.objects.get(pk=task.pk), "1-0") == 1
+    assert claim(DelayedTask.objects.get(pk=task.pk), "1-0") == 1
     result = sweep(now=timezone.now() + datetime.timedelta(seconds=301))
     assert result.recovered == 0
     assert DelayedTask.objects.get(pk=task.pk).status == Status.RUNNING

@@ -10,13 +10,13 @@ import pytest
 
 from django_delayq import cancel, schedule, signals
 from django_delayq.dispatcher import Dispatcher
-from django_delayq.execution import _claim, _run, execute
+from django_delayq.execution import execute, record_failure, run_alone
 from django_delayq.models import DelayedTask, Status
 from django_delayq.registry import get
 from django_delayq.store import streams
 from django_delayq.store.keys import shard_keys
 from django_delayq.worker import Worker
-from tests.helpers import drain, due_members, expected_score, refresh
+from tests.helpers import claim, drain, due_members, expected_score, refresh
 from tests.testapp.models import Order
 from tests.testapp.tasks import add, always_fails, create_order, returns_a_set
 
@@ -150,7 +150,7 @@ def test_the_claiming_entry_retried_after_a_database_error_runs_the_task(
     task = schedule(create_order, args=["retried"])
     # Claimed by entry 1-0, then the database went away before the task ran;
     # the worker kept the entry and tries it again.
-    assert _claim(refresh(task), "1-0") == 1
+    assert claim(refresh(task), "1-0") == 1
     assert execute(task.pk, entry_id="1-0", reclaimed=False).disposition.value == (
         "done"
     )
@@ -163,7 +163,7 @@ def test_a_duplicate_entry_of_a_running_task_is_acknowledged_and_ignored(
     redis_client,
 ):
     task = schedule(create_order, args=["once"])
-    assert _claim(refresh(task), "1-0") == 1  # running, claimed by entry 1-0
+    assert claim(refresh(task), "1-0") == 1  # running, claimed by entry 1-0
     outcome = execute(task.pk, entry_id="2-0", reclaimed=True)
     assert outcome.disposition.value == "done"
     row = refresh(task)
@@ -174,10 +174,10 @@ def test_a_duplicate_entry_of_a_running_task_is_acknowledged_and_ignored(
 def test_a_stale_workers_late_completion_is_discarded(redis_client):
     task = schedule(create_order, args=["stale"])
     row = refresh(task)
-    assert _claim(row, "1-0") == 1
+    assert claim(row, "1-0") == 1
     # The worker was paused past its visibility timeout; another took over.
     DelayedTask.objects.filter(pk=task.pk).update(attempts=2)
-    assert _run(row, get(row.name), attempt=1) is False  # fenced: leave the entry
+    assert run_alone(row, get(row.name)) is False  # fenced: leave the entry
     assert not Order.objects.exists()  # its writes were rolled back
     assert refresh(task).status == Status.RUNNING
 
@@ -188,7 +188,7 @@ def test_an_entry_left_by_a_dead_worker_is_reclaimed_and_run_once(redis_client):
     # A worker read the entry, claimed the row, then died mid-task.
     streams.ensure_groups(redis_client, [READY])
     [entry] = streams.read(redis_client, "dead-worker", [READY], count=1, block_ms=None)
-    assert _claim(refresh(task), entry.entry_id.decode()) == 1
+    assert claim(refresh(task), entry.entry_id.decode()) == 1
     time.sleep(0.3)
     stats = Worker(visibility_timeout=0.2).run(once=True)
     assert stats.reclaimed == 1
@@ -312,14 +312,14 @@ def test_a_paused_attempt_cannot_finish_the_run_that_retried_the_task(redis_clie
 
     task = schedule(create_order, args=["stale"], max_attempts=1)
     stale = refresh(task)
-    assert _claim(stale, "1-0") == 1  # a worker starts attempt 1, then pauses
+    assert claim(stale, "1-0") == 1  # a worker starts attempt 1, then pauses
     # Meanwhile it is given up for lost, the task fails, an operator retries
     # it, and another worker starts the new run's attempt 1.
     assert fail(refresh(task), 1, "worker lost", "", expect=Status.RUNNING)
     retry(task)
-    assert _claim(refresh(task), "2-0") == 1
+    assert claim(refresh(task), "2-0") == 1
     # The paused worker wakes up and finishes: its outcome must not count.
-    assert _run(stale, get(stale.name), attempt=1) is False
+    assert run_alone(stale, get(stale.name)) is False
     row = refresh(task)
     assert (row.status, row.attempts, row.claim_entry) == (Status.RUNNING, 1, "2-0")
     assert not Order.objects.filter(status="stale").exists()  # rolled back
@@ -328,14 +328,14 @@ def test_a_paused_attempt_cannot_finish_the_run_that_retried_the_task(redis_clie
 def test_a_paused_attempts_failure_cannot_reschedule_a_task_that_moved_on(
     redis_client,
 ):
-    from django_delayq.execution import _retry_or_fail, fail
+    from django_delayq.execution import fail
 
     task = schedule(add, args=[1, 1], max_attempts=3)
     stale = refresh(task)
-    assert _claim(stale, "1-0") == 1  # a worker starts attempt 1, then pauses
+    assert claim(stale, "1-0") == 1  # a worker starts attempt 1, then pauses
     # Meanwhile the attempt is given up for lost and the task fails.
     assert fail(refresh(task), 1, "worker lost", "", expect=Status.RUNNING)
     # The paused worker wakes up, and its attempt raised: no retry may follow.
-    _retry_or_fail(stale, 1, RuntimeError("late"), error="late", trace="")
+    record_failure(stale, RuntimeError("late"), error="late", trace="")
     row = refresh(task)
     assert (row.status, row.last_error) == (Status.FAILED, "worker lost")

@@ -119,3 +119,26 @@ def connection_identity() -> str:
             cursor.execute("SELECT pg_backend_pid()")
             return f"pid:{cursor.fetchone()[0]}"
     return f"object:{id(connection.connection)}"
+
+
+@task(max_attempts=2)
+def create_order_or_raise(status: str) -> int:
+    """Writes an order, then raises for ``status="bad"``: that write must be
+    rolled back, and only that one."""
+    from tests.testapp.models import Order
+
+    pk = Order.objects.create(status=status).pk
+    if status == "bad":
+        raise ValueError("bad order")
+    return pk
+
+
+@task
+def slow_order(status: str, seconds: float) -> int:
+    """Writes an order after ``seconds``: longer than a group's budget."""
+    import time
+
+    from tests.testapp.models import Order
+
+    time.sleep(seconds)
+    return Order.objects.create(status=status).pk

@@ -1,0 +1,208 @@
+"""What a worker thread does with the stream entries it took.
+
+1. An entry that names no task is dead-lettered; no code runs.
+2. Every other entry's task is claimed in one statement if its row is
+   simply scheduled and due (the common case).
+3. The claimed tasks run in groups (:mod:`django_delayq.group_commit`),
+   each group committed once and its entries acknowledged in one round trip;
+   a task that cannot share a transaction (``atomic=False``, or one seen to
+   be slow) runs alone.
+4. The rest (early, running, finished, missing rows, reclaimed deliveries)
+   take the one-row path (:func:`django_delayq.execution.execute`).
+
+``pending`` is the batch still to handle, and this module removes each entry
+from it as soon as the entry is finished with: when a database error cuts
+the batch short, what is left in it is exactly what the worker must try
+again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from django.utils import timezone
+
+from . import registry, transitions
+from .exceptions import TaskNotRegistered
+from .execution import Disposition, Outcome, execute, start, unknown_task, write_db
+from .group_commit import Pacer, run_group
+from .models import DelayedTask
+from .store import streams
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class BatchCounts:
+    processed: int = 0
+    dead_lettered: int = 0
+
+
+@dataclass
+class _Claimed:
+    entry: streams.Entry
+    row: DelayedTask
+    task: registry.Task[Any, Any] | None
+    unknown: TaskNotRegistered | None = None
+
+
+class Batch:
+    """Handles entries for one thread of a worker.
+
+    :param dead: the dead-letter stream of each ready stream.
+    :param release: called with entries finished with (no more heartbeats).
+    :param early_wait: how long an entry that arrived a little before its
+        task's ``run_at`` (by this machine's clock) is held until then.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        consumer: str,
+        *,
+        dead: dict[str, str],
+        pacer: Pacer,
+        release: Callable[[list[streams.Entry]], None],
+        early_wait: float,
+    ) -> None:
+        self.client = client
+        self.consumer = consumer
+        self.dead = dead
+        self.pacer = pacer
+        self.release = release
+        self.early_wait = early_wait
+
+    def handle(self, pending: list[streams.Entry]) -> BatchCounts:
+        counts = BatchCounts()
+        for entry in [e for e in pending if e.task_id is None]:
+            malformed = Outcome(Disposition.DEAD, "not a task id entry")
+            self._settle(pending, entry, malformed)
+            counts.dead_lettered += 1
+        claimed = self._claim(pending)
+        while claimed:
+            claimed = self._run_some(pending, claimed, counts)
+        # Whatever was not claimed in one go, one by one.
+        for entry in list(pending):
+            assert entry.task_id is not None
+            outcome = execute(
+                entry.task_id,
+                entry_id=entry.entry_id.decode(),
+                reclaimed=entry.reclaimed,
+                early_wait=self.early_wait,
+            )
+            counts.processed += 1
+            if self._settle(pending, entry, outcome):
+                counts.dead_lettered += 1
+        return counts
+
+    def _claim(self, pending: list[streams.Entry]) -> list[_Claimed]:
+        """Claim the due tasks of fresh deliveries, in one statement."""
+        fresh = [entry for entry in pending if not entry.reclaimed]
+        rows = transitions.claim_due(
+            [(entry.task_id, entry.entry_id.decode()) for entry in fresh],
+            timezone.now(),
+            write_db(),
+        )
+        # Two entries may deliver one task: the row names the one it took.
+        by_delivery: dict[tuple[Any, str], DelayedTask] = {
+            (row.pk, row.claim_entry): row for row in rows
+        }
+        claimed = []
+        for entry in fresh:
+            row = by_delivery.get((entry.task_id, entry.entry_id.decode()))
+            if row is None:
+                continue
+            try:
+                claimed.append(_Claimed(entry, row, registry.get(row.name)))
+            except TaskNotRegistered as exc:
+                claimed.append(_Claimed(entry, row, None, exc))
+        return claimed
+
+    def _run_some(
+        self,
+        pending: list[streams.Entry],
+        claimed: list[_Claimed],
+        counts: BatchCounts,
+    ) -> list[_Claimed]:
+        """Run the first claimed task alone, or a group from the front;
+        return what is still to run."""
+        group = []
+        for item in claimed:
+            if item.task is None or not self.pacer.groupable(item.row, item.task):
+                break
+            group.append(item)
+        if len(group) < 2:
+            first = claimed[0]
+            if first.unknown is not None:
+                outcome = unknown_task(first.row, first.unknown)
+            else:
+                outcome = start(first.row)
+            counts.processed += 1
+            if self._settle(pending, first.entry, outcome):
+                counts.dead_lettered += 1
+            return claimed[1:]
+        result = run_group(
+            [item.row for item in group],
+            [item.task for item in group if item.task is not None],
+            write_db(),
+            self.pacer,
+        )
+        done = {row.pk for row in result.done}
+        fenced = {row.pk for row in result.fenced}
+        finished = [item.entry for item in group if item.row.pk in done]
+        self._finish(pending, finished)
+        for item in group:
+            if item.row.pk in fenced:
+                # Another worker took the attempt over: its entry is theirs.
+                self._forget(pending, item.entry)
+        counts.processed += len(done) + len(fenced)
+        left = {row.pk for row in result.left}
+        return [item for item in group if item.row.pk in left] + claimed[len(group) :]
+
+    def _settle(
+        self, pending: list[streams.Entry], entry: streams.Entry, outcome: Outcome
+    ) -> bool:
+        """Finish with one entry as ``outcome`` says; True if dead-lettered."""
+        if outcome.disposition is Disposition.DEAD:
+            logger.warning(
+                "worker %s: dead-lettered entry %s of %s: %s",
+                self.consumer,
+                entry.entry_id,
+                entry.stream,
+                outcome.reason,
+            )
+            try:
+                streams.dead_letter(
+                    self.client, self.dead[entry.stream], entry, outcome.reason
+                )
+            finally:
+                self._forget(pending, entry)
+            return True
+        if outcome.disposition is Disposition.LEAVE:
+            self._forget(pending, entry)
+        else:
+            self._finish(pending, [entry])
+        return False
+
+    def _finish(
+        self, pending: list[streams.Entry], entries: list[streams.Entry]
+    ) -> None:
+        """Acknowledge and delete entries whose outcome is committed."""
+        if not entries:
+            return
+        try:
+            streams.finish_many(self.client, entries)
+        finally:
+            # Even if the acknowledgement failed: the entries are then
+            # reclaimed later, and their rows (now finished) make that a
+            # no-op.
+            for entry in entries:
+                self._forget(pending, entry)
+
+    def _forget(self, pending: list[streams.Entry], entry: streams.Entry) -> None:
+        pending.remove(entry)
+        self.release([entry])

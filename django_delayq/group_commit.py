@@ -1,0 +1,205 @@
+"""Group commit: run several claimed tasks in one transaction.
+
+Per task, the work a worker does around a trivial function is mostly round
+trips: a claim, a commit, a success UPDATE, another commit, an
+acknowledgement. A group amortises them: its tasks were claimed in one
+statement (:func:`django_delayq.transitions.claim_due`), their functions
+run in one transaction, each inside a savepoint of its own, their successes
+are recorded in one statement and committed once, and the worker then
+acknowledges all their stream entries in one round trip.
+
+What still holds, task by task:
+
+* a task's own writes and its success record commit together (a database
+  only task takes effect exactly once);
+* a task that raises rolls back its savepoint only: its neighbours' work is
+  kept, and its failure (retry or failed) is recorded in the same commit;
+* if any success is fenced (this worker was paused past its visibility
+  timeout and another worker took an attempt over), the whole group rolls
+  back, and each task that ran is run again on its own, fenced on its own,
+  so a stale attempt never takes effect and the others still do;
+* a slow task does not hold its neighbours' commits for long: a group
+  closes when its time budget is spent, and tasks that have been slow run
+  alone (see :class:`Pacer`).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from . import registry, signals, transitions
+from .execution import (
+    Fenced,
+    Verdict,
+    log_event,
+    record_failure,
+    report_success,
+    run_alone,
+    stored_value,
+)
+from .models import DelayedTask
+
+logger = logging.getLogger(__name__)
+
+#: How long a group may run before it commits, unless the worker is told.
+DEFAULT_BUDGET = 0.02
+#: Tasks in a group at most, unless the worker is told.
+DEFAULT_MAX_SIZE = 100
+
+
+@dataclass
+class Pacer:
+    """How many tasks to claim at once, from how long tasks have taken.
+
+    A claim charges an attempt: claiming far more than a group can run
+    within its budget would charge tasks that then wait, and would hand
+    fewer to other workers. So the size follows a moving average of the time
+    a task costs, and a task name seen to take longer than the budget runs
+    alone from then on (its group would have waited for it).
+    """
+
+    budget: float = DEFAULT_BUDGET
+    max_size: int = DEFAULT_MAX_SIZE
+    per_task: float = 0.0
+    slow: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def size(self) -> int:
+        """Tasks to claim for the next group."""
+        if self.per_task <= 0:
+            return min(8, self.max_size)
+        return max(1, min(self.max_size, int(self.budget / self.per_task)))
+
+    def note_group(self, seconds: float, tasks: int) -> None:
+        """Note that a group of ``tasks`` tasks took ``seconds`` in all."""
+        each = seconds / max(tasks, 1)
+        with self.lock:
+            if self.per_task <= 0:
+                self.per_task = each
+            else:
+                self.per_task = 0.8 * self.per_task + 0.2 * each
+
+    def note_task(self, name: str, seconds: float) -> None:
+        """Note that one run of the task ``name`` took ``seconds``."""
+        if seconds > self.budget:
+            with self.lock:
+                self.slow.add(name)
+        elif name in self.slow and seconds < self.budget / 4:
+            with self.lock:
+                self.slow.discard(name)
+
+    def groupable(self, row: DelayedTask, registered: registry.Task[Any, Any]) -> bool:
+        return registered.atomic and row.name not in self.slow
+
+
+@dataclass
+class GroupResult:
+    #: rows whose attempt was recorded (success, retry or failure): ack them
+    done: list[DelayedTask] = field(default_factory=list)
+    #: rows another worker took over: leave their entries alone
+    fenced: list[DelayedTask] = field(default_factory=list)
+    #: claimed rows the budget did not reach: run them next
+    left: list[DelayedTask] = field(default_factory=list)
+
+
+def run_group(
+    rows: Sequence[DelayedTask],
+    tasks: Sequence[registry.Task[Any, Any]],
+    db: str,
+    pacer: Pacer,
+) -> GroupResult:
+    """Run claimed ``rows`` (with their registered ``tasks``) as one group.
+
+    Database errors propagate (nothing was committed, or everything was):
+    the rows stay claimed, and their entries are handled again.
+    """
+    result = GroupResult()
+    committed: list[bool] = []
+    successes: list[transitions.Success] = []
+    ran: list[tuple[DelayedTask, registry.Task[Any, Any]]] = []
+    began = time.monotonic()
+    try:
+        with transaction.atomic(using=db):
+            # Registered first, so it runs first at the commit (see
+            # execution.run_alone).
+            transaction.on_commit(lambda: committed.append(True), using=db)
+            for index, (row, registered) in enumerate(zip(rows, tasks, strict=True)):
+                if index and time.monotonic() - began >= pacer.budget:
+                    result.left = list(rows[index:])
+                    break
+                # As claimed: what a run alone needs if the group is fenced.
+                ran.append((copy.copy(row), registered))
+                success = _run_one(row, registered, db, pacer)
+                if success is not None:
+                    successes.append(success)
+            if not transitions.succeed_many(successes, timezone.now(), db):
+                raise Fenced
+    except Fenced:
+        # Some attempt of the group is another worker's now, and its
+        # function's writes cannot be told from its neighbours': nothing of
+        # the group was kept. Each task runs again alone, fenced alone.
+        logger.warning(
+            "a group of %d tasks was fenced (this worker was paused past its "
+            "visibility timeout?); running them one by one",
+            len(ran),
+        )
+        return _one_by_one(ran, result)
+    except Exception:
+        if not committed:
+            raise
+        logger.exception(
+            "a group of %d tasks was committed, but an on_commit callback one of "
+            "them registered raised; later callbacks of that transaction did "
+            "not run",
+            len(ran),
+        )
+    pacer.note_group(time.monotonic() - began, len(ran))
+    for success in successes:
+        report_success(success.row)
+    result.done = list(rows[: len(ran)])
+    return result
+
+
+def _run_one(
+    row: DelayedTask, registered: registry.Task[Any, Any], db: str, pacer: Pacer
+) -> transitions.Success | None:
+    """Run one task of a group in a savepoint; its success, or None if it
+    raised (its failure is then recorded in the group's transaction)."""
+    started = row.started_at = timezone.now()
+    log_event(logging.DEBUG, "started", row)
+    signals.send(signals.task_started, row)
+    clock = time.monotonic()
+    try:
+        try:
+            with transaction.atomic(using=db):
+                value = stored_value(row, registered.func(*row.args, **row.kwargs))
+        finally:
+            pacer.note_task(row.name, time.monotonic() - clock)
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:
+        # Only this task's savepoint was rolled back. Task code calling
+        # sys.exit() fails its attempt like any error.
+        if record_failure(row, exc, trace=traceback.format_exc()) is Verdict.FENCED:
+            raise Fenced from None
+        return None
+    return transitions.Success(row, started, value)
+
+
+def _one_by_one(
+    ran: list[tuple[DelayedTask, registry.Task[Any, Any]]], result: GroupResult
+) -> GroupResult:
+    for row, registered in ran:
+        if run_alone(row, registered):
+            result.done.append(row)
+        else:
+            result.fenced.append(row)  # logged by run_alone
+    return result

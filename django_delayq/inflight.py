@@ -1,0 +1,93 @@
+"""What a worker holds: stream entries read and not yet finished.
+
+An entry is *in flight* from the moment a thread reads it until its outcome
+is committed and the entry acknowledged (or it is handed back). While in
+flight it is heartbeated, so that no other worker reclaims it as the entry
+of a dead worker. Entries read but not yet started wait in a *backlog* that
+any idle thread of the worker takes from; they are not claimed yet, so they
+cost their task nothing if the worker stops: :meth:`InFlight.hand_back`
+returns them to the stream for the other workers at once.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from collections.abc import Iterable, Sequence
+
+import redis
+
+from .store import streams
+
+logger = logging.getLogger(__name__)
+
+
+class InFlight:
+    """The in-flight entries and the backlog of one worker process."""
+
+    def __init__(self, stream_names: Sequence[str]) -> None:
+        #: stream -> entry id -> the consumer that holds it
+        self._owners: dict[str, dict[bytes, str]] = {s: {} for s in stream_names}
+        self._backlog: collections.deque[streams.Entry] = collections.deque()
+        self._lock = threading.Lock()
+
+    def hold(self, entries: Iterable[streams.Entry], consumer: str) -> None:
+        """Count freshly read entries as in flight, held by ``consumer``."""
+        with self._lock:
+            for entry in entries:
+                self._owners[entry.stream][entry.entry_id] = consumer
+
+    def take(self, count: int) -> list[streams.Entry]:
+        """Up to ``count`` entries from the backlog, oldest first."""
+        with self._lock:
+            taken: list[streams.Entry] = []
+            while self._backlog and len(taken) < count:
+                taken.append(self._backlog.popleft())
+            return taken
+
+    def wait(self, entries: Iterable[streams.Entry]) -> None:
+        """Put entries at the back of the backlog, for any thread to take."""
+        with self._lock:
+            self._backlog.extend(entries)
+
+    def retry_first(self, entries: Sequence[streams.Entry]) -> None:
+        """Put entries at the front of the backlog: they are tried first
+        (after a database error cut their handling short)."""
+        with self._lock:
+            self._backlog.extendleft(reversed(entries))
+
+    def release(self, entries: Iterable[streams.Entry]) -> None:
+        """Entries finished with: no more heartbeats for them."""
+        with self._lock:
+            for entry in entries:
+                self._owners[entry.stream].pop(entry.entry_id, None)
+
+    def beat(self, client: redis.Redis, worker: str) -> None:
+        """Reset the idle time of every entry in flight."""
+        with self._lock:
+            owners = {s: dict(e) for s, e in self._owners.items() if e}
+        if not owners:
+            return
+        try:
+            streams.heartbeat(client, owners)
+        except redis.RedisError as exc:
+            logger.warning("worker %s: heartbeat failed: %s", worker, exc)
+
+    def hand_back(self, client: redis.Redis, worker: str) -> None:
+        """Give entries read but not started back to the other workers now."""
+        with self._lock:
+            left, self._backlog = list(self._backlog), collections.deque()
+        self.release(left)
+        # A reclaimed entry stays pending (and is reclaimed again): only its
+        # own delivery may take its attempt over.
+        fresh = [entry for entry in left if not entry.reclaimed]
+        if not fresh:
+            return
+        try:
+            streams.requeue(client, fresh)
+        except redis.RedisError as exc:
+            # They stay pending and are reclaimed after the visibility timeout.
+            logger.warning(
+                "worker %s: could not requeue %d: %s", worker, len(left), exc
+            )

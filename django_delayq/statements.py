@@ -1,0 +1,199 @@
+"""Hand-written SQL for the worker's hot statements, built once per database.
+
+The ORM builds a statement anew on every call; a worker runs the same few
+statements thousands of times a second, so their text is built once per
+(database vendor, statement, shape) and cached here. Only
+:mod:`django_delayq.transitions` uses these: they are the batch forms of its
+state changes.
+
+Values go through the fields' own ``get_db_prep_save()``, so a UUID, a
+datetime or a JSON value is stored exactly as the ORM would store it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from django.db import connections
+from django.db.models import Field
+
+from .models import DelayedTask
+
+
+@functools.cache
+def _field(name: str) -> Field[Any, Any]:
+    found = DelayedTask._meta.get_field(name)
+    assert isinstance(found, Field)
+    return found
+
+
+def column(name: str, connection: Any) -> str:
+    """The quoted column of the field ``name``."""
+    db_column = _field(name).column
+    assert db_column is not None
+    return str(connection.ops.quote_name(db_column))
+
+
+def prep(name: str, value: Any, connection: Any) -> Any:
+    """``value`` as the field ``name`` sends it to the database."""
+    return _field(name).get_db_prep_save(value, connection)
+
+
+def _table(connection: Any) -> str:
+    return str(connection.ops.quote_name(DelayedTask._meta.db_table))
+
+
+#: Statement text by (database vendor, statement, shape).
+_cache: dict[tuple[Any, ...], str] = {}
+
+
+def _cached(connection: Any, key: tuple[Any, ...], build: Callable[[], str]) -> str:
+    cache_key = (connection.vendor, *key)
+    sql = _cache.get(cache_key)
+    if sql is None:
+        sql = _cache[cache_key] = build()
+    return sql
+
+
+def can_return_rows(using: str) -> bool:
+    """Whether the database returns rows from an UPDATE (not SQLite < 3.35)."""
+    return bool(connections[using].features.can_return_columns_from_insert)
+
+
+def claim_due(
+    claims: Sequence[tuple[Any, str]], now: Any, using: str
+) -> list[DelayedTask]:
+    """``scheduled -> running`` for every due row among ``claims``, in one
+    ``UPDATE ... RETURNING``; return the rows claimed.
+
+    ``claims`` pairs a task id with the stream entry that delivers it: each
+    claimed row records its own entry (``claim_entry``), which fences the
+    attempt's outcome. Rows that are not scheduled, or not due by ``now``,
+    are left alone and not returned. The caller checks
+    :func:`can_return_rows` first.
+    """
+    connection = connections[using]
+    n = len(claims)
+    sql = _cached(connection, ("claim", n), lambda: _claim_sql(connection, n))
+    moment = prep("started_at", now, connection)
+    ids = [prep("id", task_id, connection) for task_id, _ in claims]
+    params: list[Any] = ["running", moment]
+    for task_id, entry_id in zip(ids, (entry for _, entry in claims), strict=True):
+        params += [task_id, entry_id]
+    params += [*ids, "scheduled", moment]
+    # raw() applies the fields' from-database conversions (JSON, datetimes).
+    return list(DelayedTask.objects.using(using).raw(sql, params))
+
+
+def _claim_sql(connection: Any, n: int) -> str:
+    status, attempts, started_at, claim_entry, pk, run_at = (
+        column(name, connection)
+        for name in ("status", "attempts", "started_at", "claim_entry", "id", "run_at")
+    )
+    returning = ", ".join(
+        column(f.name, connection) for f in DelayedTask._meta.concrete_fields
+    )
+    entries = " ".join(["WHEN %s THEN %s"] * n)
+    placeholders = ", ".join(["%s"] * n)
+    return (
+        f"UPDATE {_table(connection)} SET {status} = %s, "
+        f"{attempts} = {attempts} + 1, {started_at} = %s, "
+        f"{claim_entry} = CASE {pk} {entries} END "
+        f"WHERE {pk} IN ({placeholders}) AND {status} = %s AND {run_at} <= %s "
+        f"RETURNING {returning}"
+    )
+
+
+def update_attempt(
+    task_id: Any, attempt: int, claim_entry: str, values: dict[str, Any], using: str
+) -> bool:
+    """Set ``values`` on a running task if ``attempt``, claimed by the stream
+    entry ``claim_entry``, is still its attempt; True if the row was updated.
+
+    ``values`` maps field names to Python values.
+    """
+    connection = connections[using]
+    sql = _cached(
+        connection, ("update", *values), lambda: _update_sql(connection, values)
+    )
+    params = [prep(name, value, connection) for name, value in values.items()]
+    params += [prep("id", task_id, connection), "running", attempt, claim_entry]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return bool(cursor.rowcount)
+
+
+def _update_sql(connection: Any, names: Iterable[str]) -> str:
+    assignments = ", ".join(f"{column(name, connection)} = %s" for name in names)
+    return (
+        f"UPDATE {_table(connection)} SET {assignments} "
+        f"WHERE {column('id', connection)} = %s "
+        f"AND {column('status', connection)} = %s "
+        f"AND {column('attempts', connection)} = %s "
+        f"AND {column('claim_entry', connection)} = %s"
+    )
+
+
+def succeed_many(
+    successes: Sequence[tuple[Any, int, str, Any, Any]], now: Any, using: str
+) -> int:
+    """``running -> succeeded`` for many attempts in one statement.
+
+    Each of ``successes`` is ``(task id, attempt, claim_entry, started_at,
+    result)``; a row is updated only while that attempt, claimed by that
+    entry, is still its attempt (the outcome fence). Returns how many rows
+    were updated: fewer than given means some attempt was taken over.
+    """
+    connection = connections[using]
+    n = len(successes)
+    with_results = any(result is not None for *_, result in successes)
+    sql = _cached(
+        connection,
+        ("succeed", n, with_results),
+        lambda: _succeed_sql(connection, n, with_results),
+    )
+    ids = [prep("id", task_id, connection) for task_id, *_ in successes]
+    params: list[Any] = ["succeeded", prep("finished_at", now, connection)]
+    for task_id, (*_, started_at, _result) in zip(ids, successes, strict=True):
+        params += [task_id, prep("started_at", started_at, connection)]
+    if with_results:
+        for task_id, (*_, result) in zip(ids, successes, strict=True):
+            params += [task_id, prep("result", result, connection)]
+    params += ids
+    for task_id, (_, attempt, claim_entry, *_) in zip(ids, successes, strict=True):
+        params += [task_id, attempt, claim_entry]
+    params.append("running")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return int(cursor.rowcount)
+
+
+def _succeed_sql(connection: Any, n: int, with_results: bool) -> str:
+    pk, status, attempts, claim_entry = (
+        column(name, connection) for name in ("id", "status", "attempts", "claim_entry")
+    )
+    whens = " ".join(["WHEN %s THEN %s"] * n)
+    if with_results:
+        result = f"CASE {pk} {whens} END"
+        if connection.vendor == "postgresql":
+            # A CASE whose branches include untyped NULLs is text to
+            # PostgreSQL; the column is jsonb.
+            result = f"CAST({result} AS {_field('result').db_type(connection)})"
+    else:
+        result = "NULL"
+    placeholders = ", ".join(["%s"] * n)
+    fences = ", ".join(["(%s, %s, %s)"] * n)
+    return (
+        f"UPDATE {_table(connection)} SET {status} = %s, "
+        f"{column('finished_at', connection)} = %s, "
+        f"{column('started_at', connection)} = CASE {pk} {whens} END, "
+        f"{column('result', connection)} = {result}, "
+        f"{column('last_error', connection)} = '', "
+        f"{column('last_traceback', connection)} = '' "
+        # The id list lets the database find the rows by primary key; the
+        # row-value list is the fence.
+        f"WHERE {pk} IN ({placeholders}) "
+        f"AND ({pk}, {attempts}, {claim_entry}) IN ({fences}) AND {status} = %s"
+    )

@@ -1,0 +1,260 @@
+"""Every state change of a task row, in one place.
+
+A row's ``status`` only ever changes through the functions below, each one
+conditional UPDATE fenced on what the row must still be for the change to
+be right (see docs/guide/execution.md, "The life of a task"):
+
+=========================  ============================  ======================
+change                     fence                         by
+=========================  ============================  ======================
+:func:`claim_due`          scheduled, due by ``now``     worker (batch)
+:func:`claim`              as above, or running and      worker (one row)
+                           claimed by the same entry
+:func:`succeed_many`       running, this attempt, this   worker (batch)
+                           claiming entry
+:func:`succeed`            the same                      worker (one row)
+:func:`retry_later`        the same                      worker
+:func:`fail`               the same, or the caller's     worker, sweeper
+                           expected status
+:func:`recover`            running, this attempt         sweeper
+:func:`cancel`             scheduled                     cancel(), replace=True
+:func:`move`               scheduled                     reschedule()
+:func:`restart`            failed                        retry()
+=========================  ============================  ======================
+
+The attempt number alone is not a sufficient fence for an outcome:
+``retry()`` starts a failed task over from attempt 0, so a worker paused
+during attempt 3 could otherwise wake up and record its outcome over the new
+run's attempt 3. The stream entry that claimed the attempt tells them apart.
+
+Functions that take a row update the instance to match what they wrote.
+Nothing here touches Redis; callers index or unindex after commit.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from . import statements
+from .models import DelayedTask, Status
+
+
+def claim_due(
+    claims: Sequence[tuple[Any, str]], now: datetime.datetime, using: str
+) -> list[DelayedTask]:
+    """Claim every scheduled, due task among ``claims`` in one statement.
+
+    ``claims`` pairs task ids with the stream entries delivering them. Each
+    claimed row moves ``scheduled -> running`` with ``attempts + 1``,
+    ``started_at = now`` and its entry as ``claim_entry``, and is returned;
+    anything else (not due by ``now``, running, finished, missing) is left
+    for :func:`claim` to decide one by one. Returns nothing where the
+    database cannot return rows from an UPDATE: then every task takes the
+    one-row path.
+    """
+    if not claims or not statements.can_return_rows(using):
+        return []
+    return statements.claim_due(claims, now, using)
+
+
+def claim(
+    row: DelayedTask, entry_id: str, now: datetime.datetime, using: str
+) -> int | None:
+    """Claim the task of ``row`` (as just read) for the delivery ``entry_id``.
+
+    A scheduled row must be due by ``now``; a running row may only be taken
+    over by the entry that claimed its current attempt (its worker died, or
+    a database error cut the attempt short). Returns the new attempt number,
+    or None if the row changed meanwhile (another worker, a cancel or a
+    reschedule won).
+    """
+    rows = DelayedTask.objects.using(using).filter(pk=row.pk, attempts=row.attempts)
+    if row.status == Status.SCHEDULED:
+        rows = rows.filter(status=Status.SCHEDULED, run_at__lte=now)
+    else:
+        rows = rows.filter(status=Status.RUNNING, claim_entry=entry_id)
+    attempt = row.attempts + 1
+    if not rows.update(
+        status=Status.RUNNING, attempts=attempt, started_at=now, claim_entry=entry_id
+    ):
+        return None
+    row.status, row.attempts, row.started_at = Status.RUNNING, attempt, now
+    row.claim_entry = entry_id
+    return attempt
+
+
+@dataclass
+class Success:
+    """A finished attempt to record: the row, when it started, what it returned."""
+
+    row: DelayedTask
+    started_at: datetime.datetime
+    result: Any
+
+
+def succeed_many(
+    successes: Sequence[Success], now: datetime.datetime, using: str
+) -> bool:
+    """Record every success in one statement; False if any attempt was fenced.
+
+    Fenced means another worker took one of these attempts over (this one
+    was paused past the visibility timeout): the caller must roll back the
+    whole transaction, since it cannot tell which function's writes belong
+    to the fenced attempt. On True the rows are updated to match.
+    """
+    if not successes:
+        return True
+    updated = statements.succeed_many(
+        [
+            (s.row.pk, s.row.attempts, s.row.claim_entry, s.started_at, s.result)
+            for s in successes
+        ],
+        now,
+        using,
+    )
+    if updated != len(successes):
+        return False
+    for success in successes:
+        row = success.row
+        row.status, row.started_at, row.finished_at = (
+            Status.SUCCEEDED,
+            success.started_at,
+            now,
+        )
+        row.result, row.last_error, row.last_traceback = success.result, "", ""
+    return True
+
+
+def succeed(
+    row: DelayedTask,
+    result: Any,
+    started_at: datetime.datetime,
+    now: datetime.datetime,
+    using: str,
+) -> bool:
+    """Record the success of ``row``'s current attempt; False if fenced."""
+    values = {
+        "status": Status.SUCCEEDED,
+        "started_at": started_at,
+        "finished_at": now,
+        "result": result,
+        "last_error": "",
+        "last_traceback": "",
+    }
+    if not statements.update_attempt(
+        row.pk, row.attempts, row.claim_entry, values, using
+    ):
+        return False
+    row.status, row.started_at, row.finished_at = Status.SUCCEEDED, started_at, now
+    row.result, row.last_error, row.last_traceback = result, "", ""
+    return True
+
+
+def retry_later(
+    row: DelayedTask,
+    attempt: int,
+    run_at: datetime.datetime,
+    error: str,
+    trace: str,
+    using: str,
+) -> bool:
+    """``running -> scheduled`` at ``run_at`` after a failed attempt.
+
+    False if the attempt was fenced (nothing written). The caller indexes
+    the row again after commit.
+    """
+    updated = (
+        DelayedTask.objects.using(using)
+        .filter(**_fence(row, attempt), status=Status.RUNNING)
+        .update(
+            status=Status.SCHEDULED,
+            run_at=run_at,
+            started_at=row.started_at,
+            last_error=error,
+            last_traceback=trace,
+        )
+    )
+    if updated:
+        row.status, row.run_at = Status.SCHEDULED, run_at
+        row.last_error, row.last_traceback = error, trace
+    return bool(updated)
+
+
+def fail(
+    row: DelayedTask,
+    attempt: int,
+    error: str,
+    trace: str,
+    *,
+    expect: str,
+    using: str,
+) -> bool:
+    """Mark the task failed, fenced on ``expect`` status and the attempt."""
+    now = timezone.now()
+    updated = (
+        DelayedTask.objects.using(using)
+        .filter(**_fence(row, attempt), status=expect)
+        .update(
+            status=Status.FAILED,
+            started_at=row.started_at,
+            finished_at=now,
+            last_error=error,
+            last_traceback=trace,
+        )
+    )
+    if updated:
+        row.status, row.finished_at = Status.FAILED, now
+        row.last_error, row.last_traceback = error, trace
+    return bool(updated)
+
+
+def recover(row: DelayedTask, now: datetime.datetime, error: str, using: str) -> bool:
+    """``running -> scheduled`` now, for an attempt whose worker is gone.
+
+    Fenced on the attempt: a worker that took the task over meanwhile wins.
+    """
+    updated = (
+        DelayedTask.objects.using(using)
+        .filter(pk=row.pk, status=Status.RUNNING, attempts=row.attempts)
+        .update(status=Status.SCHEDULED, run_at=now, last_error=error)
+    )
+    if updated:
+        row.status, row.run_at, row.last_error = Status.SCHEDULED, now, error
+    return bool(updated)
+
+
+def cancel(rows: QuerySet[DelayedTask], now: datetime.datetime) -> int:
+    """``scheduled -> cancelled`` for the matching rows; how many changed.
+
+    A running task is not interrupted: only scheduled rows match.
+    """
+    return rows.filter(status=Status.SCHEDULED).update(
+        status=Status.CANCELLED, finished_at=now
+    )
+
+
+def move(rows: QuerySet[DelayedTask], run_at: datetime.datetime) -> int:
+    """A new ``run_at`` for the matching scheduled rows; how many changed."""
+    return rows.filter(status=Status.SCHEDULED).update(run_at=run_at)
+
+
+def restart(rows: QuerySet[DelayedTask], run_at: datetime.datetime) -> int:
+    """``failed -> scheduled`` at ``run_at`` with a fresh set of attempts.
+
+    Raises ``IntegrityError`` when the row's dedupe key is held by another
+    active task now (run it in a savepoint).
+    """
+    return rows.filter(status=Status.FAILED).update(
+        status=Status.SCHEDULED, run_at=run_at, attempts=0, finished_at=None
+    )
+
+
+def _fence(row: DelayedTask, attempt: int) -> dict[str, Any]:
+    """The row's state an outcome may overwrite: this attempt, this delivery."""
+    return {"pk": row.pk, "attempts": attempt, "claim_entry": row.claim_entry}

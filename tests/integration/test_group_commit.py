@@ -1,0 +1,185 @@
+"""Tasks due together run in groups: one claim, one outcome statement and one
+commit per group, and each task's effects still stand or fall on their own."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from django_delayq import schedule, schedule_many
+from django_delayq.api import Call
+from django_delayq.batch import Batch
+from django_delayq.dispatcher import Dispatcher
+from django_delayq.group_commit import Pacer
+from django_delayq.models import DelayedTask, Status
+from django_delayq.store import streams
+from django_delayq.store.keys import shard_keys
+from django_delayq.worker import Worker
+from tests.helpers import claim, drain, refresh
+from tests.testapp.models import Order
+from tests.testapp.tasks import (
+    add,
+    create_order,
+    create_order_non_atomic,
+    create_order_or_raise,
+    slow_order,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+READY = shard_keys("delayq", "default", 0).ready
+DEAD = shard_keys("delayq", "default", 0).dead
+
+
+def _read_all(redis_client) -> list[streams.Entry]:
+    """Dispatch what is due and read it as one worker thread would."""
+    Dispatcher().run(once=True)
+    streams.ensure_groups(redis_client, [READY])
+    return streams.read(redis_client, "test", [READY], count=1000, block_ms=None)
+
+
+def _batch(redis_client, pacer: Pacer | None = None) -> Batch:
+    return Batch(
+        redis_client,
+        "test",
+        dead={READY: DEAD},
+        pacer=pacer or Pacer(budget=5.0, max_size=100),
+        release=lambda entries: None,
+        early_wait=1.0,
+    )
+
+
+def _task_statements(queries: CaptureQueriesContext, verb: str) -> int:
+    table = DelayedTask._meta.db_table
+    return sum(
+        1
+        for query in queries.captured_queries
+        if query["sql"].lstrip().upper().startswith(verb) and table in query["sql"]
+    )
+
+
+def test_a_group_claims_and_records_its_tasks_in_one_statement_each(redis_client):
+    tasks = schedule_many(Call(create_order, args=[f"o{i}"]) for i in range(10))
+    entries = _read_all(redis_client)
+    with CaptureQueriesContext(connection) as queries:
+        counts = _batch(redis_client).handle(list(entries))
+    assert counts.processed == 10
+    # One claim and one outcome statement for ten tasks, not ten of each.
+    assert _task_statements(queries, "UPDATE") == 2
+    rows = [refresh(task) for task in tasks]
+    assert {row.status for row in rows} == {Status.SUCCEEDED}
+    assert {row.attempts for row in rows} == {1}
+    assert Order.objects.count() == 10
+    # Each row keeps its own return value and the moment its function began.
+    assert sorted(row.result for row in rows) == sorted(
+        Order.objects.values_list("pk", flat=True)
+    )
+    for row in rows:
+        assert row.run_at <= row.started_at <= row.finished_at
+    assert len({row.started_at for row in rows}) == 10
+    # Every entry was acknowledged and deleted in one go.
+    assert redis_client.xlen(READY) == 0
+    assert redis_client.xpending(READY, streams.GROUP)["pending"] == 0
+
+
+def test_a_task_that_raises_takes_only_its_own_writes_with_it(redis_client):
+    good = [schedule(create_order_or_raise, args=[f"good{i}"]) for i in range(3)]
+    bad = schedule(create_order_or_raise, args=["bad"])
+    more = [schedule(create_order_or_raise, args=[f"more{i}"]) for i in range(3)]
+    _batch(redis_client).handle(_read_all(redis_client))
+    for task in good + more:
+        assert refresh(task).status == Status.SUCCEEDED
+    row = refresh(bad)
+    # Retried later, with its error kept; its order was rolled back.
+    assert (row.status, row.attempts) == (Status.SCHEDULED, 1)
+    assert row.last_error == "ValueError: bad order"
+    assert "Traceback" in row.last_traceback
+    assert sorted(Order.objects.values_list("status", flat=True)) == sorted(
+        [f"good{i}" for i in range(3)] + [f"more{i}" for i in range(3)]
+    )
+
+
+def test_results_of_every_shape_are_stored_from_one_group(redis_client):
+    summed = schedule(add, args=[2, 3])
+    nothing = schedule(create_order_non_atomic, args=["n"])
+    ordered = schedule(create_order, args=["x"])
+    drain()
+    assert refresh(summed).result == 5
+    assert refresh(ordered).result == Order.objects.get(status="x").pk
+    assert refresh(nothing).status == Status.SUCCEEDED  # atomic=False: alone
+
+
+def test_a_fenced_attempt_rolls_back_only_itself_and_the_others_still_run(
+    redis_client,
+):
+    tasks = [schedule(create_order, args=[f"o{i}"]) for i in range(4)]
+    entries = _read_all(redis_client)
+    # While this worker holds them, another worker takes the third attempt
+    # over (this one was paused past its visibility timeout).
+    taken = tasks[2]
+
+    def take_over(sender, task, **kwargs):
+        if task.pk == taken.pk:
+            DelayedTask.objects.filter(pk=taken.pk).update(
+                attempts=2, claim_entry="9-0"
+            )
+
+    from django_delayq.signals import task_started
+
+    task_started.connect(take_over)
+    try:
+        _batch(redis_client).handle(list(entries))
+    finally:
+        task_started.disconnect(take_over)
+    row = refresh(taken)
+    assert (row.status, row.attempts, row.claim_entry) == (Status.RUNNING, 2, "9-0")
+    assert not Order.objects.filter(status="o2").exists()
+    for task in tasks[:2] + tasks[3:]:
+        assert refresh(task).status == Status.SUCCEEDED
+    # Each of the others took effect exactly once.
+    assert sorted(Order.objects.values_list("status", flat=True)) == ["o0", "o1", "o3"]
+    # The taken-over entry is left to the worker that owns the attempt now.
+    assert redis_client.xpending(READY, streams.GROUP)["pending"] == 1
+
+
+def test_a_group_closes_on_its_time_budget(redis_client):
+    slow = schedule(slow_order, args=["slow", 0.2])
+    quick = [schedule(create_order, args=[f"q{i}"]) for i in range(3)]
+    pacer = Pacer(budget=0.05, max_size=100)
+    _batch(redis_client, pacer).handle(_read_all(redis_client))
+    for task in [slow, *quick]:
+        assert refresh(task).status == Status.SUCCEEDED
+    # The slow task commits before its neighbours run, and from now on runs
+    # alone: a group must not wait for it.
+    assert refresh(slow).finished_at <= min(refresh(t).started_at for t in quick)
+    assert "tests.testapp.tasks.slow_order" in pacer.slow
+
+
+def test_a_task_delivered_twice_in_one_batch_runs_once(redis_client):
+    task = schedule(create_order, args=["twice"])
+    Dispatcher().run(once=True)
+    redis_client.xadd(READY, {"id": redis_client.xrange(READY)[0][1][b"id"]})
+    Worker(prefetch=10).run(once=True)
+    row = refresh(task)
+    assert (row.status, row.attempts) == (Status.SUCCEEDED, 1)
+    assert Order.objects.filter(status="twice").count() == 1
+    assert redis_client.xlen(READY) == 0
+
+
+def test_a_reclaimed_delivery_next_to_fresh_ones_takes_over_its_attempt(
+    redis_client,
+):
+    lost = schedule(create_order, args=["lost"])
+    fresh = schedule(create_order, args=["fresh"])
+    entries = _read_all(redis_client)
+    [lost_entry] = [e for e in entries if e.task_id == lost.pk]
+    assert claim(refresh(lost), lost_entry.entry_id.decode()) == 1
+    reclaimed = streams.Entry(
+        lost_entry.stream, lost_entry.entry_id, lost_entry.fields, reclaimed=True
+    )
+    pending = [reclaimed if e.task_id == lost.pk else e for e in entries]
+    _batch(redis_client).handle(pending)
+    assert (refresh(lost).status, refresh(lost).attempts) == (Status.SUCCEEDED, 2)
+    assert refresh(fresh).status == Status.SUCCEEDED
+    assert Order.objects.count() == 2
