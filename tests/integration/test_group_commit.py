@@ -20,10 +20,13 @@ from tests.helpers import claim, drain, refresh
 from tests.testapp.models import Order
 from tests.testapp.tasks import (
     add,
+    committed_keys,
     create_order,
     create_order_non_atomic,
     create_order_or_raise,
+    notes_on_commit,
     slow_order,
+    swallows_db_error,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -183,3 +186,25 @@ def test_a_reclaimed_delivery_next_to_fresh_ones_takes_over_its_attempt(
     assert (refresh(lost).status, refresh(lost).attempts) == (Status.SUCCEEDED, 2)
     assert refresh(fresh).status == Status.SUCCEEDED
     assert Order.objects.count() == 2
+
+
+def test_a_task_that_swallows_a_database_error_fails_and_leaves_no_writes(
+    redis_client,
+):
+    swallowed = schedule(swallows_db_error, args=["swallowed"])
+    fine = [schedule(create_order, args=[f"fine{i}"]) for i in range(2)]
+    _batch(redis_client).handle(_read_all(redis_client))
+    row = refresh(swallowed)
+    assert row.status == Status.FAILED
+    assert "marked for rollback" in row.last_error
+    assert not Order.objects.filter(status="swallowed").exists()
+    assert {refresh(task).status for task in fine} == {Status.SUCCEEDED}
+
+
+def test_on_commit_callbacks_of_a_failed_task_in_a_group_never_run(redis_client):
+    committed_keys.clear()
+    schedule(notes_on_commit, args=["a"])
+    schedule(notes_on_commit, args=["b"], kwargs={"fail": True})
+    schedule(notes_on_commit, args=["c"])
+    _batch(redis_client).handle(_read_all(redis_client))
+    assert sorted(committed_keys) == ["a", "c"]

@@ -142,3 +142,33 @@ def slow_order(status: str, seconds: float) -> int:
 
     time.sleep(seconds)
     return Order.objects.create(status=status).pk
+
+
+@task(max_attempts=1)
+def swallows_db_error(status: str) -> int:
+    """Catches a database error without an atomic() of its own: its
+    transaction can no longer commit, so it must not count as a success."""
+    import contextlib
+
+    from django.db import IntegrityError
+
+    from tests.testapp.models import Order
+
+    order = Order.objects.create(status=status)
+    with contextlib.suppress(IntegrityError):
+        Order.objects.create(pk=order.pk, status="duplicate")
+    return order.pk
+
+
+#: Keys whose on_commit callback ran (in this process).
+committed_keys: list[str] = []
+
+
+@task(max_attempts=1)
+def notes_on_commit(key: str, fail: bool = False) -> None:
+    """Registers an on_commit callback, then raises if told to."""
+    from django.db import transaction
+
+    transaction.on_commit(lambda: committed_keys.append(key))
+    if fail:
+        raise RuntimeError(f"{key} fails")
