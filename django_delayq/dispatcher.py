@@ -191,7 +191,8 @@ class Dispatcher:
             if not shard.owned or shard.due_at is None or shard.due_at > now:
                 continue
             while not self._stopping.is_set():
-                moved, head, redis_now = self._move(
+                sent = time.monotonic()
+                moved, head, redis_now, redis_us = self._move(
                     client,
                     (shard.keys.due, shard.keys.ready, shard.keys.lease),
                     (self.token, self.batch_size),
@@ -214,9 +215,14 @@ class Dispatcher:
                     continue  # more may be due right now
                 # The head's delay is measured on Redis' clock, so a skewed
                 # local clock shifts nothing; only the local timer runs here.
-                shard.due_at = (
-                    None if head < 0 else time.monotonic() + (head - redis_now) / 1000
-                )
+                # It counts from when the script was sent, not from when its
+                # reply came back: a slow reply must not make the next task
+                # late too. Redis read its clock a little after ``sent``, so
+                # the timer may fire a moment early; the script then moves
+                # nothing (due is decided by Redis' clock) and the next wait
+                # is shorter than a millisecond.
+                redis_ms = redis_now + redis_us / 1000
+                shard.due_at = None if head < 0 else sent + (head - redis_ms) / 1000
                 break
 
     def _sleep(self, until: float) -> None:

@@ -10,10 +10,12 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
+from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
 from ..exceptions import DelayQueueException
+from ..group_commit import DEFAULT_BUDGET, DEFAULT_MAX_SIZE
 from ..worker import DEFAULT_PREFETCH
 
 _LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
@@ -59,7 +61,8 @@ def add_queue_option(parser: CommandParser) -> None:
 
 
 def add_worker_options(parser: CommandParser) -> None:
-    """``--concurrency`` and ``--prefetch``, shared by the commands that run tasks."""
+    """``--concurrency``, ``--prefetch`` and the group options, shared by the
+    commands that run tasks."""
     parser.add_argument(
         "--concurrency",
         type=int,
@@ -76,6 +79,36 @@ def add_worker_options(parser: CommandParser) -> None:
             "fewer shares long tasks better between workers."
         ),
     )
+    parser.add_argument(
+        "--group-size",
+        type=int,
+        default=DEFAULT_MAX_SIZE,
+        help=(
+            f"Tasks committed together at most (default {DEFAULT_MAX_SIZE}); "
+            "1 commits each task on its own."
+        ),
+    )
+    parser.add_argument(
+        "--group-budget",
+        type=float,
+        default=DEFAULT_BUDGET,
+        metavar="SECONDS",
+        help=(
+            f"How long a group of tasks may run before it commits (default "
+            f"{DEFAULT_BUDGET})."
+        ),
+    )
+
+
+def worker_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of :class:`~django_delayq.worker.Worker` that
+    :func:`add_worker_options` parsed."""
+    return {
+        "concurrency": options["concurrency"],
+        "prefetch": options["prefetch"],
+        "group_size": options["group_size"],
+        "group_budget": options["group_budget"],
+    }
 
 
 @contextlib.contextmanager

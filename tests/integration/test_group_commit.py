@@ -208,3 +208,28 @@ def test_on_commit_callbacks_of_a_failed_task_in_a_group_never_run(redis_client)
     schedule(notes_on_commit, args=["c"])
     _batch(redis_client).handle(_read_all(redis_client))
     assert sorted(committed_keys) == ["a", "c"]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("group_size", 0, "group_size must be from 1 to 1000; got 0."),
+        ("group_budget", 0.0, "group_budget must be more than 0 and at most 60"),
+    ],
+)
+def test_bad_group_options_are_command_errors(option, value, message):
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match=message):
+        call_command("delayq_worker", once=True, verbosity=0, **{option: value})
+
+
+def test_group_size_one_commits_every_task_on_its_own(redis_client):
+    from django.core.management import call_command
+
+    tasks = [schedule(create_order_or_raise, args=[s]) for s in ("a", "bad", "b")]
+    Dispatcher().run(once=True)
+    call_command("delayq_worker", once=True, verbosity=0, group_size=1)
+    statuses = [refresh(task).status for task in tasks]
+    assert statuses == [Status.SUCCEEDED, Status.SCHEDULED, Status.SUCCEEDED]
+    assert sorted(Order.objects.values_list("status", flat=True)) == ["a", "b"]

@@ -11,6 +11,7 @@ from django_delayq.management.lifecycle import (
     add_worker_options,
     command_context,
     option_errors,
+    worker_options,
 )
 from django_delayq.sweeper import Sweeper
 from django_delayq.worker import Worker
@@ -31,8 +32,7 @@ class Command(BaseCommand):
             dispatcher = Dispatcher(options["queues"])
             worker = Worker(
                 options["queues"],
-                concurrency=options["concurrency"],
-                prefetch=options["prefetch"],
+                **worker_options(options),
             )
             sweeper = Sweeper()
 

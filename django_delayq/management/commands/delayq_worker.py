@@ -9,6 +9,7 @@ from django_delayq.management.lifecycle import (
     add_worker_options,
     command_context,
     option_errors,
+    worker_options,
 )
 from django_delayq.worker import Worker
 
@@ -35,8 +36,7 @@ class Command(BaseCommand):
         with option_errors():
             worker = Worker(
                 options["queues"],
-                concurrency=options["concurrency"],
-                prefetch=options["prefetch"],
+                **worker_options(options),
                 visibility_timeout=options["visibility_timeout"],
             )
         with command_context(worker.stop, "delayq_worker", options["verbosity"]):

@@ -7,10 +7,12 @@
 --          taken over moves nothing)
 -- ARGV[2]  the most ids to move in this call
 --
--- Returns  {moved, head, now}
---          moved: ids moved, or -1 when the caller does not hold the lease
---          head:  score of the earliest id left in the due-set, or -1 if none
---          now:   Redis' clock in epoch ms (one clock for every dispatcher)
+-- Returns  {moved, head, now, now_us}
+--          moved:  ids moved, or -1 when the caller does not hold the lease
+--          head:   score of the earliest id left in the due-set, or -1 if none
+--          now:    Redis' clock in epoch ms (one clock for every dispatcher)
+--          now_us: the microseconds past ``now``, so that the caller can time
+--                  the head's due moment to better than a millisecond
 --
 -- Due means score <= now by Redis' TIME, so dispatchers on hosts with skewed
 -- clocks agree. Pop and push happen in this one script: a crash can never
@@ -18,9 +20,10 @@
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[2]) % 1000
 
 if redis.call('GET', KEYS[3]) ~= ARGV[1] then
-  return {-1, -1, now}
+  return {-1, -1, now, now_us}
 end
 
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
@@ -33,6 +36,6 @@ end
 
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if head[2] == nil then
-  return {#ids, -1, now}
+  return {#ids, -1, now, now_us}
 end
-return {#ids, tonumber(head[2]), now}
+return {#ids, tonumber(head[2]), now, now_us}
