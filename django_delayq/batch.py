@@ -32,6 +32,7 @@ from .execution import Disposition, Outcome, execute, start, unknown_task, write
 from .group_commit import Pacer, run_group
 from .models import DelayedTask
 from .store import streams
+from .time_limits import Watchdog
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class Batch:
     :param release: called with entries finished with (no more heartbeats).
     :param early_wait: how long an entry that arrived a little before its
         task's ``run_at`` (by this machine's clock) is held until then.
+    :param watchdog: told what this thread claims and runs, for time limits.
     """
 
     def __init__(
@@ -68,6 +70,7 @@ class Batch:
         pacer: Pacer,
         release: Callable[[list[streams.Entry]], None],
         early_wait: float,
+        watchdog: Watchdog,
     ) -> None:
         self.client = client
         self.consumer = consumer
@@ -75,6 +78,7 @@ class Batch:
         self.pacer = pacer
         self.release = release
         self.early_wait = early_wait
+        self.watchdog = watchdog
 
     def handle(self, pending: list[streams.Entry]) -> BatchCounts:
         counts = BatchCounts()
@@ -83,8 +87,15 @@ class Batch:
             self._settle(pending, entry, malformed)
             counts.dead_lettered += 1
         claimed = self._claim(pending)
-        while claimed:
-            claimed = self._run_some(pending, claimed, counts)
+        self.watchdog.hold(item.row for item in claimed)
+        try:
+            while claimed:
+                rest = self._run_some(pending, claimed, counts)
+                still = {id(item) for item in rest}
+                self.watchdog.drop(i.row for i in claimed if id(i) not in still)
+                claimed = rest
+        finally:
+            self.watchdog.drop(item.row for item in claimed)
         # Whatever was not claimed in one go, one by one.
         for entry in list(pending):
             assert entry.task_id is not None
@@ -93,6 +104,7 @@ class Batch:
                 entry_id=entry.entry_id.decode(),
                 reclaimed=entry.reclaimed,
                 early_wait=self.early_wait,
+                watchdog=self.watchdog,
             )
             counts.processed += 1
             if self._settle(pending, entry, outcome):
@@ -109,7 +121,7 @@ class Batch:
         )
         # Two entries may deliver one task: the row names the one it took.
         by_delivery: dict[tuple[Any, str], DelayedTask] = {
-            (row.pk, row.claim_entry): row for row in rows
+            (row.pk, transitions.delivery_of(row.claim_entry)): row for row in rows
         }
         claimed = []
         for entry in fresh:
@@ -140,7 +152,7 @@ class Batch:
             if first.unknown is not None:
                 outcome = unknown_task(first.row, first.unknown)
             else:
-                outcome = start(first.row)
+                outcome = start(first.row, self.watchdog)
             counts.processed += 1
             if self._settle(pending, first.entry, outcome):
                 counts.dead_lettered += 1
@@ -150,6 +162,7 @@ class Batch:
             [item.task for item in group if item.task is not None],
             write_db(),
             self.pacer,
+            self.watchdog,
         )
         done = {row.pk for row in result.done}
         fenced = {row.pk for row in result.fenced}

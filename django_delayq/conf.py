@@ -40,7 +40,11 @@ DEFAULTS: dict[str, Any] = {
     "RECONCILE_HORIZON": 600.0,
     "RETAIN_SUCCEEDED": 7 * 86400.0,
     "RETAIN_FAILED": 30 * 86400.0,
+    "TIME_LIMIT": None,
 }
+
+#: The longest time limit a task may have (a week).
+MAX_TIME_LIMIT = 7 * 86400.0
 
 _QUEUE_KEYS = {"shards"}
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -82,6 +86,7 @@ class Settings:
     reconcile_horizon: float
     retain_succeeded: float
     retain_failed: float
+    time_limit: float | None = None
 
     def queue(self, name: str) -> QueueSettings:
         """Return the settings of queue ``name`` or raise :class:`UnknownQueue`."""
@@ -269,8 +274,11 @@ def _number_problems(raw: Mapping[Any, Any]) -> list[Problem]:
         ("RECONCILE_HORIZON", 0.0, 30 * 86400.0, False),
         ("RETAIN_SUCCEEDED", 0.0, 3650 * 86400.0, False),
         ("RETAIN_FAILED", 0.0, 3650 * 86400.0, False),
+        ("TIME_LIMIT", 0.001, MAX_TIME_LIMIT, False),
     ):
         value = raw.get(key, DEFAULTS[key])
+        if key == "TIME_LIMIT" and value is None:
+            continue  # no limit
         valid_type = _is_int(value) if integer else _is_number(value)
         if not valid_type or not low <= value <= high:
             kind = "an integer" if integer else "a number of seconds"
@@ -321,6 +329,9 @@ def parse(raw: Any) -> Settings:
         reconcile_horizon=float(values["RECONCILE_HORIZON"]),
         retain_succeeded=float(values["RETAIN_SUCCEEDED"]),
         retain_failed=float(values["RETAIN_FAILED"]),
+        time_limit=(
+            None if values["TIME_LIMIT"] is None else float(values["TIME_LIMIT"])
+        ),
     )
 
 

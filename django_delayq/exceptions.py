@@ -62,3 +62,22 @@ class TaskNotFound(DelayQueueException, LookupError):
 
 class InvalidTaskState(DelayQueueException):
     """The task is in a state that does not allow the operation."""
+
+
+class TimeLimitExceeded(BaseException):
+    """Raised inside a task's function when it runs past its time limit.
+
+    A ``BaseException``, like ``KeyboardInterrupt``, so that a task's own
+    ``except Exception:`` cannot swallow it; ``finally:`` blocks and
+    ``with`` statements still clean up. The attempt fails, and the retry
+    policy applies.
+    """
+
+
+class WorkerStuck(DelayQueueException):
+    """A task ran past its time limit and could not be interrupted.
+
+    Its attempt was failed and the tasks claimed with it were handed back;
+    the process must exit so that a fresh one replaces it
+    (``delayq_worker`` exits with status 70).
+    """

@@ -31,10 +31,11 @@ from django.utils import timezone
 
 from . import registry, signals, transitions
 from .conf import get_settings
-from .exceptions import InvalidPayload, TaskNotRegistered
+from .exceptions import InvalidPayload, TaskNotRegistered, TimeLimitExceeded
 from .models import DelayedTask, OutboxEntry, Status
 from .payload import check_value
 from .sync import index_after_commit
+from .time_limits import NO_WATCHDOG, Watchdog, time_limit_error
 from .timing import ceil_ms
 
 logger = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ def execute(
     entry_id: str,
     reclaimed: bool,
     early_wait: float = EARLY_WAIT_SECONDS,
+    watchdog: Watchdog = NO_WATCHDOG,
 ) -> Outcome:
     """Run the task ``task_id``, delivered by stream entry ``entry_id``, if its
     row says it should run now.
@@ -98,7 +100,7 @@ def execute(
     if row.status in (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED):
         return DONE  # finished or cancelled since it was dispatched
     if row.status == Status.RUNNING:
-        if row.claim_entry != entry_id:
+        if transitions.delivery_of(row.claim_entry) != entry_id:
             # The attempt belongs to another delivery of this task (a
             # duplicate entry, or a retry's): leave it to that one.
             return DONE
@@ -106,7 +108,9 @@ def execute(
         # worker that stopped heartbeating (it died, or was paused: the
         # attempt fence discards its completion if it wakes), or retried
         # here after a database error cut the attempt short.
-        if row.attempts >= row.max_attempts:
+        # Claimed alone, the attempt is this task's own: if it was its last,
+        # the task fails. Claimed in a batch, it runs again alone, uncounted.
+        if row.attempts >= row.max_attempts and not transitions.claimed_in_batch(row):
             error = f"worker lost during attempt {row.attempts} of {row.max_attempts}"
             fail(row, row.attempts, error, "", expect=Status.RUNNING)
             return DONE
@@ -125,16 +129,20 @@ def execute(
             return DONE
     if transitions.claim(row, entry_id, timezone.now(), db) is None:
         return DONE  # another worker, a cancel or a reschedule won
-    return start(row)
+    watchdog.hold([row])
+    try:
+        return start(row, watchdog)
+    finally:
+        watchdog.drop([row])
 
 
-def start(row: DelayedTask) -> Outcome:
+def start(row: DelayedTask, watchdog: Watchdog = NO_WATCHDOG) -> Outcome:
     """Run the current attempt of a row this worker has just claimed, alone."""
     try:
         registered = registry.get(row.name)
     except TaskNotRegistered as exc:
         return unknown_task(row, exc)
-    if not run_alone(row, registered):
+    if not run_alone(row, registered, watchdog):
         # Another worker took this attempt over while we were paused: the
         # entry is its now, so leave it unacknowledged.
         return LEAVE
@@ -153,10 +161,15 @@ def unknown_task(row: DelayedTask, exc: TaskNotRegistered) -> Outcome:
     return Outcome(Disposition.DEAD, reason) if verdict is Verdict.FAILED else DONE
 
 
-def run_alone(row: DelayedTask, registered: registry.Task[Any, Any]) -> bool:
+def run_alone(
+    row: DelayedTask,
+    registered: registry.Task[Any, Any],
+    watchdog: Watchdog = NO_WATCHDOG,
+) -> bool:
     """Run the function and record the outcome; False if the attempt was fenced."""
     db = write_db()
     committed: list[bool] = []
+    limit = time_limit_of(registered)
     started = row.started_at = timezone.now()
     log_event(logging.DEBUG, "started", row)
     signals.send(signals.task_started, row)
@@ -167,17 +180,21 @@ def run_alone(row: DelayedTask, registered: registry.Task[Any, Any]) -> bool:
                 # callback the task registered raises afterwards, we still
                 # know the task's work and its success were committed.
                 transaction.on_commit(lambda: committed.append(True), using=db)
-                result = stored_value(row, registered.func(*row.args, **row.kwargs))
+                with watchdog.running(row, limit):
+                    value = registered.func(*row.args, **row.kwargs)
+                result = stored_value(row, value)
                 if not transitions.succeed(row, result, started, timezone.now(), db):
                     raise Fenced
         else:
-            result = stored_value(row, registered.func(*row.args, **row.kwargs))
+            with watchdog.running(row, limit):
+                value = registered.func(*row.args, **row.kwargs)
+            result = stored_value(row, value)
             if not transitions.succeed(row, result, started, timezone.now(), db):
                 raise Fenced
     except Fenced:
         log_fenced(row)
         return False
-    except (Exception, SystemExit, KeyboardInterrupt) as exc:
+    except FAILURES as exc:
         if committed:
             logger.exception(
                 "task %s succeeded, but an on_commit callback it registered "
@@ -187,10 +204,29 @@ def run_alone(row: DelayedTask, registered: registry.Task[Any, Any]) -> bool:
         else:
             # Task code calling sys.exit() (or raising KeyboardInterrupt)
             # fails its attempt like any error; it must not end the thread.
-            record_failure(row, exc)
+            record_failure(row, exc, error=failure_text(exc, limit))
             return True
     report_success(row)
     return True
+
+
+#: What a task's function may raise that fails its attempt (and no more):
+#: task code calling sys.exit() must not end a worker thread.
+FAILURES = (Exception, SystemExit, KeyboardInterrupt, TimeLimitExceeded)
+
+
+def time_limit_of(registered: registry.Task[Any, Any]) -> float | None:
+    """The task's time limit: its own, or ``DELAYQ["TIME_LIMIT"]``."""
+    if registered.time_limit is not None:
+        return registered.time_limit
+    return get_settings().time_limit
+
+
+def failure_text(exc: BaseException, limit: float | None) -> str | None:
+    """The error to record for ``exc``, where the default would say too little."""
+    if isinstance(exc, TimeLimitExceeded) and limit is not None:
+        return time_limit_error(limit)
+    return None
 
 
 def stored_value(row: DelayedTask, result: Any) -> Any:

@@ -41,15 +41,19 @@ from django.utils import timezone
 
 from . import registry, signals, transitions
 from .execution import (
+    FAILURES,
     Fenced,
     Verdict,
+    failure_text,
     log_event,
     record_failure,
     report_success,
     run_alone,
     stored_value,
+    time_limit_of,
 )
 from .models import DelayedTask
+from .time_limits import Watchdog
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +64,9 @@ DEFAULT_BUDGET = 0.02
 #: transaction in shared memory: more make every other session's snapshots
 #: slower while the group is open.
 DEFAULT_MAX_SIZE = 50
+#: How long a task name seen to outlast the budget runs alone before it is
+#: tried in a group again (it may have been slow only for a moment).
+SLOW_COOLDOWN = 30.0
 
 
 @dataclass
@@ -70,13 +77,15 @@ class Pacer:
     within its budget would charge tasks that then wait, and would hand
     fewer to other workers. So the size follows a moving average of the time
     a task costs, and a task name seen to take longer than the budget runs
-    alone from then on (its group would have waited for it).
+    alone for :data:`SLOW_COOLDOWN` seconds (its group would have waited for
+    it).
     """
 
     budget: float = DEFAULT_BUDGET
     max_size: int = DEFAULT_MAX_SIZE
     per_task: float = 0.0
-    slow: set[str] = field(default_factory=set)
+    #: task name -> until when (monotonic) it runs alone
+    slow: dict[str, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def size(self) -> int:
@@ -98,13 +107,13 @@ class Pacer:
         """Note that one run of the task ``name`` took ``seconds``."""
         if seconds > self.budget:
             with self.lock:
-                self.slow.add(name)
-        elif name in self.slow and seconds < self.budget / 4:
-            with self.lock:
-                self.slow.discard(name)
+                self.slow[name] = time.monotonic() + SLOW_COOLDOWN
 
     def groupable(self, row: DelayedTask, registered: registry.Task[Any, Any]) -> bool:
-        return registered.atomic and row.name not in self.slow
+        if not registered.atomic:
+            return False
+        until = self.slow.get(row.name)
+        return until is None or time.monotonic() >= until
 
 
 @dataclass
@@ -122,6 +131,7 @@ def run_group(
     tasks: Sequence[registry.Task[Any, Any]],
     db: str,
     pacer: Pacer,
+    watchdog: Watchdog,
 ) -> GroupResult:
     """Run claimed ``rows`` (with their registered ``tasks``) as one group.
 
@@ -144,7 +154,7 @@ def run_group(
                     break
                 # As claimed: what a run alone needs if the group is fenced.
                 ran.append((copy.copy(row), registered))
-                success = _run_one(row, registered, db, pacer)
+                success = _run_one(row, registered, db, pacer, watchdog)
                 if success is not None:
                     successes.append(success)
             if not transitions.succeed_many(successes, timezone.now(), db):
@@ -158,7 +168,7 @@ def run_group(
             "visibility timeout?); running them one by one",
             len(ran),
         )
-        return _one_by_one(ran, result)
+        return _one_by_one(ran, result, watchdog)
     except Exception:
         if not committed:
             raise
@@ -176,10 +186,15 @@ def run_group(
 
 
 def _run_one(
-    row: DelayedTask, registered: registry.Task[Any, Any], db: str, pacer: Pacer
+    row: DelayedTask,
+    registered: registry.Task[Any, Any],
+    db: str,
+    pacer: Pacer,
+    watchdog: Watchdog,
 ) -> transitions.Success | None:
     """Run one task of a group in a savepoint; its success, or None if it
     raised (its failure is then recorded in the group's transaction)."""
+    limit = time_limit_of(registered)
     started = row.started_at = timezone.now()
     log_event(logging.DEBUG, "started", row)
     signals.send(signals.task_started, row)
@@ -187,13 +202,17 @@ def _run_one(
     try:
         try:
             with _savepoint(db):
-                value = stored_value(row, registered.func(*row.args, **row.kwargs))
+                with watchdog.running(row, limit):
+                    value = registered.func(*row.args, **row.kwargs)
+                value = stored_value(row, value)
         finally:
             pacer.note_task(row.name, time.monotonic() - clock)
-    except (Exception, SystemExit, KeyboardInterrupt) as exc:
+    except FAILURES as exc:
         # Only this task's savepoint was rolled back. Task code calling
         # sys.exit() fails its attempt like any error.
-        if record_failure(row, exc, trace=traceback.format_exc()) is Verdict.FENCED:
+        error = failure_text(exc, limit)
+        verdict = record_failure(row, exc, error=error, trace=traceback.format_exc())
+        if verdict is Verdict.FENCED:
             raise Fenced from None
         return None
     return transitions.Success(row, started, value)
@@ -237,10 +256,12 @@ def _savepoint(db: str) -> Iterator[None]:
 
 
 def _one_by_one(
-    ran: list[tuple[DelayedTask, registry.Task[Any, Any]]], result: GroupResult
+    ran: list[tuple[DelayedTask, registry.Task[Any, Any]]],
+    result: GroupResult,
+    watchdog: Watchdog,
 ) -> GroupResult:
     for row, registered in ran:
-        if run_alone(row, registered):
+        if run_alone(row, registered, watchdog):
             result.done.append(row)
         else:
             result.fenced.append(row)  # logged by run_alone

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
+from .conf import MAX_TIME_LIMIT
 from .exceptions import InvalidArgument, InvalidTaskDefinition, TaskNotRegistered
 
 if TYPE_CHECKING:
@@ -40,12 +41,14 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         max_attempts: int | None = None,
         atomic: bool = True,
+        time_limit: float | None = None,
     ) -> None:
         self.func = func
         self.name = name
         self.queue = queue
         self.max_attempts = max_attempts
         self.atomic = atomic
+        self.time_limit = time_limit
         functools.update_wrapper(self, func)
 
     def __repr__(self) -> str:
@@ -102,6 +105,7 @@ def task(
     queue: str | None = None,
     max_attempts: int | None = None,
     atomic: bool = True,
+    time_limit: float | None = None,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
@@ -113,6 +117,7 @@ def task(
     queue: str | None = None,
     max_attempts: int | None = None,
     atomic: bool = True,
+    time_limit: float | None = None,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Register a function as a delayed task, as ``@task`` or ``@task(...)``.
 
@@ -129,11 +134,21 @@ def task(
         paused mid-task. Pass ``atomic=False`` for long tasks or tasks with
         effects outside the database: they run outside a transaction and may
         run again after a worker dies mid-task (at least once).
+    :param time_limit: seconds one run may take; defaults to
+        ``DELAYQ["TIME_LIMIT"]`` (no limit unless set). Past it the attempt
+        fails with :class:`~django_delayq.exceptions.TimeLimitExceeded`
+        and is retried like any failure; a worker that cannot interrupt the
+        function is replaced (see docs/guide/execution.md).
     """
 
     def decorate(fn: Callable[P, R]) -> Task[P, R]:
         registered = _build(
-            fn, name=name, queue=queue, max_attempts=max_attempts, atomic=atomic
+            fn,
+            name=name,
+            queue=queue,
+            max_attempts=max_attempts,
+            atomic=atomic,
+            time_limit=time_limit,
         )
         register(registered)
         return registered
@@ -150,6 +165,7 @@ def _build(
     queue: str | None,
     max_attempts: int | None,
     atomic: bool = True,
+    time_limit: float | None = None,
 ) -> Task[P, R]:
     if isinstance(fn, Task):
         raise InvalidTaskDefinition(f"{fn.name} is already a task; apply @task once.")
@@ -183,7 +199,23 @@ def _build(
         raise InvalidTaskDefinition(
             f"@task(atomic=...) must be True or False; got {atomic!r}."
         )
-    return Task(fn, name, queue=queue, max_attempts=max_attempts, atomic=atomic)
+    if time_limit is not None and (
+        not isinstance(time_limit, int | float)
+        or isinstance(time_limit, bool)
+        or not 0 < time_limit <= MAX_TIME_LIMIT
+    ):
+        raise InvalidTaskDefinition(
+            f"@task(time_limit=...) must be a number of seconds, more than 0 and "
+            f"at most {MAX_TIME_LIMIT:g}, or None; got {time_limit!r}."
+        )
+    return Task(
+        fn,
+        name,
+        queue=queue,
+        max_attempts=max_attempts,
+        atomic=atomic,
+        time_limit=None if time_limit is None else float(time_limit),
+    )
 
 
 #: The most attempts a task may have (the same bound as the setting's).

@@ -17,6 +17,8 @@ change                     fence                         by
 :func:`fail`               the same, or the caller's     worker, sweeper
                            expected status
 :func:`recover`            running, this attempt         sweeper
+:func:`hand_back`          running, this attempt, this   worker, supervisor
+                           claiming entry
 :func:`cancel`             scheduled                     cancel(), replace=True
 :func:`move`               scheduled                     reschedule()
 :func:`restart`            failed                        retry()
@@ -26,6 +28,14 @@ The attempt number alone is not a sufficient fence for an outcome:
 ``retry()`` starts a failed task over from attempt 0, so a worker paused
 during attempt 3 could otherwise wake up and record its outcome over the new
 run's attempt 3. The stream entry that claimed the attempt tells them apart.
+
+A claim made for a batch (several tasks at once, run in groups) marks its
+``claim_entry`` (:data:`BATCH_MARK`). If that worker dies, nothing says
+which of the batch's tasks it was running, so a takeover of such a claim
+runs the task again *alone* without counting a new attempt: the batch's
+tasks are not charged for a neighbour that killed its process. A takeover
+of a claim made alone counts an attempt as always, so a task that kills
+every worker running it still ends failed after its attempts.
 
 Functions that take a row update the instance to match what they wrote.
 Nothing here touches Redis; callers index or unindex after commit.
@@ -44,6 +54,18 @@ from django.utils import timezone
 from . import statements
 from .models import DelayedTask, Status
 
+#: Appended to the entry id in ``claim_entry`` by a claim made for a batch.
+BATCH_MARK = "~b"
+
+
+def delivery_of(claim_entry: str) -> str:
+    """The stream entry id a ``claim_entry`` value names."""
+    return claim_entry.removesuffix(BATCH_MARK)
+
+
+def claimed_in_batch(row: DelayedTask) -> bool:
+    return row.claim_entry.endswith(BATCH_MARK)
+
 
 def claim_due(
     claims: Sequence[tuple[Any, str]], now: datetime.datetime, using: str
@@ -60,6 +82,8 @@ def claim_due(
     """
     if not claims or not statements.can_return_rows(using):
         return []
+    if len(claims) > 1:
+        claims = [(task_id, entry + BATCH_MARK) for task_id, entry in claims]
     return statements.claim_due(claims, now, using)
 
 
@@ -70,16 +94,21 @@ def claim(
 
     A scheduled row must be due by ``now``; a running row may only be taken
     over by the entry that claimed its current attempt (its worker died, or
-    a database error cut the attempt short). Returns the new attempt number,
-    or None if the row changed meanwhile (another worker, a cancel or a
+    a database error cut the attempt short), and a takeover of a batch's
+    claim counts no new attempt (see above). Returns the attempt number, or
+    None if the row changed meanwhile (another worker, a cancel or a
     reschedule won).
     """
     rows = DelayedTask.objects.using(using).filter(pk=row.pk, attempts=row.attempts)
+    attempt = row.attempts + 1
     if row.status == Status.SCHEDULED:
         rows = rows.filter(status=Status.SCHEDULED, run_at__lte=now)
     else:
-        rows = rows.filter(status=Status.RUNNING, claim_entry=entry_id)
-    attempt = row.attempts + 1
+        rows = rows.filter(status=Status.RUNNING, claim_entry=row.claim_entry)
+        if delivery_of(row.claim_entry) != entry_id:
+            return None
+        if claimed_in_batch(row):
+            attempt = row.attempts
     if not rows.update(
         status=Status.RUNNING, attempts=attempt, started_at=now, claim_entry=entry_id
     ):
@@ -227,6 +256,29 @@ def recover(row: DelayedTask, now: datetime.datetime, error: str, using: str) ->
     if updated:
         row.status, row.run_at, row.last_error = Status.SCHEDULED, now, error
     return bool(updated)
+
+
+def hand_back(rows: Sequence[DelayedTask], using: str) -> list[DelayedTask]:
+    """``running -> scheduled``, the attempt not counted, for claimed tasks
+    that never ran to an outcome through no fault of their own.
+
+    For the neighbours of a task that hung or killed its process: they were
+    claimed with it (or ran in its group, whose transaction was lost), and
+    go back to their due-set at their own ``run_at`` as if never claimed.
+    Fenced on each one's attempt and claiming entry; returns the rows handed
+    back, updated to match.
+    """
+    handed = []
+    for row in rows:
+        updated = (
+            DelayedTask.objects.using(using)
+            .filter(**_fence(row, row.attempts), status=Status.RUNNING)
+            .update(status=Status.SCHEDULED, attempts=row.attempts - 1)
+        )
+        if updated:
+            row.status, row.attempts = Status.SCHEDULED, row.attempts - 1
+            handed.append(row)
+    return handed
 
 
 def cancel(rows: QuerySet[DelayedTask], now: datetime.datetime) -> int:

@@ -31,11 +31,14 @@ from . import registry
 from .batch import Batch
 from .conf import get_settings
 from .dbconn import recycle_connections
+from .exceptions import WorkerStuck
 from .group_commit import DEFAULT_BUDGET, DEFAULT_MAX_SIZE, Pacer
 from .inflight import InFlight
 from .store import streams
 from .store.connection import get_client
 from .store.keys import shard_keys
+from .stuck import give_up
+from .time_limits import DEFAULT_GRACE, Watchdog
 from .timing import retry_pause
 
 logger = logging.getLogger(__name__)
@@ -47,6 +50,9 @@ DEFAULT_PREFETCH = 4
 #: How long a read blocks on the server: also how long a graceful stop may
 #: wait for an idle thread to notice it.
 READ_BLOCK_MS = 5000
+
+#: How often the main thread looks for tasks past their time limit.
+WATCH_INTERVAL = 0.25
 
 
 @dataclass
@@ -124,6 +130,7 @@ class Worker:
         self._stopping = threading.Event()
         self._crashed = threading.Event()
         self._in_flight = InFlight(self.streams)
+        self.watchdog = Watchdog(DEFAULT_GRACE)
         self._next_reclaim = 0.0
         self._reclaim_lock = threading.Lock()
         #: where each stream's reclaim scan goes on from
@@ -148,19 +155,22 @@ class Worker:
                 target=self._consume,
                 args=(f"{self.name}-{n}", once),
                 name=f"delayq-worker-{n}",
+                # A thread stuck in a task past its time limit must not keep
+                # the process alive once the worker has given up on it.
+                daemon=True,
             )
             for n in range(self.concurrency)
         ]
         for thread in threads:
             thread.start()
-        # The main thread keeps the heartbeat going, also while a graceful stop
-        # lets the tasks in flight finish.
-        beat = max(self.visibility_timeout / 3, 0.1)
-        while alive := [t for t in threads if t.is_alive()]:
-            alive[0].join(timeout=beat)
-            self._in_flight.beat(client, self.name)
+        stuck = self._watch(client, threads)
         self._in_flight.hand_back(client, self.name)
         self._leave_group(client, [f"{self.name}-{n}" for n in range(self.concurrency)])
+        if stuck:
+            raise WorkerStuck(
+                f"worker {self.name}: {stuck} task(s) ran past their time limit "
+                f"and could not be interrupted; this process must be replaced"
+            )
         if self._crashed.is_set():
             raise RuntimeError(
                 f"worker {self.name}: a thread stopped on an error (logged above)"
@@ -170,6 +180,28 @@ class Worker:
     def stop(self) -> None:
         """Finish the tasks in flight, read nothing new, return from run()."""
         self._stopping.set()
+
+    def _watch(self, client: redis.Redis, threads: list[threading.Thread]) -> int:
+        """Heartbeat and enforce time limits until the threads end; return
+        how many tasks were stuck past their limit."""
+        # The main thread keeps the heartbeat going, also while a graceful
+        # stop lets the tasks in flight finish.
+        beat = max(self.visibility_timeout / 3, 0.1)
+        next_beat = time.monotonic() + beat
+        given_up: set[int] = set()
+        while alive := [t for t in threads if t.is_alive() and t.ident not in given_up]:
+            alive[0].join(timeout=min(beat, WATCH_INTERVAL))
+            for stuck in self.watchdog.check():
+                if stuck.thread_id not in given_up:
+                    given_up.add(stuck.thread_id)
+                    give_up(client, self.name, stuck)
+                    # The other threads finish what they hold; then the
+                    # process exits and a fresh one takes its place.
+                    self.stop()
+            if time.monotonic() >= next_beat:
+                self._in_flight.beat(client, self.name)
+                next_beat = time.monotonic() + beat
+        return len(given_up)
 
     # -- start and end ------------------------------------------------------------
 
@@ -212,6 +244,7 @@ class Worker:
             pacer=self.pacer,
             release=self._in_flight.release,
             early_wait=min(self.visibility_timeout / 3, 5.0),
+            watchdog=self.watchdog,
         )
         failures = 0
         try:

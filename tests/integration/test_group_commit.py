@@ -15,6 +15,7 @@ from django_delayq.group_commit import Pacer
 from django_delayq.models import DelayedTask, Status
 from django_delayq.store import streams
 from django_delayq.store.keys import shard_keys
+from django_delayq.time_limits import Watchdog
 from django_delayq.worker import Worker
 from tests.helpers import claim, drain, refresh
 from tests.testapp.models import Order
@@ -50,6 +51,7 @@ def _batch(redis_client, pacer: Pacer | None = None) -> Batch:
         pacer=pacer or Pacer(budget=5.0, max_size=100),
         release=lambda entries: None,
         early_wait=1.0,
+        watchdog=Watchdog(),
     )
 
 
