@@ -286,3 +286,51 @@ def test_a_task_raising_in_a_group_costs_its_neighbours_nothing(rig: Rig) -> Non
     rows = DelayedTask.objects.filter(pk__in=[t.pk for t in doomed])
     assert {(r.status, r.attempts) for r in rows} == {(Status.FAILED, 3)}
     assert not Ledger.objects.filter(key__startswith="poison-").exists()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a group's claim charges every task of it an attempt before any "
+    "runs: when the worker dies, the tasks it never started have spent one "
+    "(I8), and those on their last attempt are failed without running",
+)
+def test_a_killed_group_charges_only_the_task_it_was_running(
+    rig: Rig, tmp_path: Path
+) -> None:
+    """SIGKILL a worker inside the first task of a group of one-attempt
+    tasks: that task may fail ("worker lost"), the others never started and
+    must run, once each."""
+    gate = tmp_path / "gate"
+    gate.touch()
+    procs = [rig.sweeper(), rig.dispatcher()]
+    rig.wait_ready(*procs)
+    tasks = [
+        schedule(gated_record, args=[f"once-{i}", str(gate)], max_attempts=1)
+        for i in range(8)
+    ]
+    wait_for(
+        lambda: sum(rig.client.xlen(keys.ready) for keys in rig.shards()) == 8,
+        30,
+        "the tasks ready",
+    )
+    victim = rig.worker(concurrency=1, label="victim")
+    rig.wait_ready(victim)
+    pks = {task.pk for task in tasks}
+    wait_for(lambda: pks <= claimed_by(rig, victim), 30, "the group claimed")
+    rig.kill(victim)
+    gate.unlink()
+    rig.wait_ready(rig.worker(label="fresh"))
+    wait_for(
+        lambda: (
+            not DelayedTask.objects.filter(
+                pk__in=pks, status__in=[Status.SCHEDULED, Status.RUNNING]
+            ).exists()
+        ),
+        30,
+        "every task finished",
+    )
+    rows = DelayedTask.objects.filter(pk__in=pks)
+    failed = [(r.args[0], r.last_error) for r in rows if r.status == Status.FAILED]
+    assert len(failed) <= 1, f"never-started tasks failed: {failed}"
+    runs = Counter(Ledger.objects.values_list("key", flat=True))
+    assert all(n == 1 for n in runs.values()), runs
