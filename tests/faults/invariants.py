@@ -15,7 +15,8 @@ Redis), and reports every violation, not just the first:
   or a ready stream, nothing pending, no outbox entry, no overdue row that
   is not terminal.
 
-``record`` tasks are identified by their first argument (the ledger key);
+``record`` (and ``gated_record``) tasks are identified by their first
+argument (the ledger key);
 ``poison`` tasks must end ``failed`` after all their attempts, with no effect.
 """
 
@@ -44,9 +45,11 @@ from django_delayq.store.keys import decode_member
 from django_delayq.store.streams import GROUP
 from tests.faults.harness import SUMMARY, Rig
 from tests.testapp.models import Ledger
-from tests.testapp.tasks import poison, record
+from tests.testapp.tasks import gated_record, poison, record
 
 RECORD = record.name
+#: Tasks that note each execution in the ledger, under their first argument.
+RECORDING = (RECORD, gated_record.name)
 POISON = poison.name
 #: Violations of one kind listed in a failure message; the rest are counted.
 SHOWN = 5
@@ -93,7 +96,7 @@ class Report:
 
 
 def _key(row: DelayedTask) -> str | None:
-    if row.name in (RECORD, POISON) and row.args:
+    if row.name in (*RECORDING, POISON) and row.args:
         return str(row.args[0])
     return None
 
@@ -250,7 +253,7 @@ def check(
         report.add("lost (committed, but no row)", key)
     now = timezone.now()
     for key, row in by_key.items():
-        if row.name != RECORD or row.status == Status.CANCELLED or runs.get(key):
+        if row.name not in RECORDING or row.status == Status.CANCELLED or runs.get(key):
             continue
         if row.status in ACTIVE_STATUSES and row.run_at > now:
             continue  # not due yet
@@ -297,7 +300,7 @@ def check(
             pids = [entry.pid for entry in runs[key]]
             report.add("duplicate effects", f"{key} ran {count} times (pids {pids})")
     # I5: executions beyond the first only for tasks in flight at a fault.
-    retried = [row for row in rows if row.name == RECORD and row.attempts > 1]
+    retried = [r for r in rows if r.name in RECORDING and r.attempts > 1]
     report.extra = len(retried)
     report.extra_attempts = sum(row.attempts - 1 for row in retried)
     if report.extra > expect.max_extra:

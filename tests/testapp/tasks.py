@@ -172,3 +172,22 @@ def notes_on_commit(key: str, fail: bool = False) -> None:
     transaction.on_commit(lambda: committed_keys.append(key))
     if fail:
         raise RuntimeError(f"{key} fails")
+
+
+@task(queue="orders")
+def gated_record(key: str, gate: str) -> str:
+    """Like ``record``, but first waits (bounded) while the file ``gate``
+    exists: a fault scenario holds a worker inside a task with it."""
+    import os
+    import time
+
+    from django.utils import timezone
+
+    from tests.testapp.models import Ledger
+
+    at = timezone.now()
+    deadline = time.monotonic() + 60
+    while os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    Ledger.objects.create(key=key, pid=os.getpid(), at=at)
+    return key
