@@ -191,3 +191,24 @@ def gated_record(key: str, gate: str) -> str:
         time.sleep(0.01)
     Ledger.objects.create(key=key, pid=os.getpid(), at=at)
     return key
+
+
+@task(time_limit=0.3, max_attempts=2)
+def spins(status: str) -> None:
+    """Writes an order, then loops in Python until its time limit stops it:
+    that write must be rolled back with the interrupted attempt."""
+    import time
+
+    from tests.testapp.models import Order
+
+    Order.objects.create(status=status)
+    while True:
+        time.sleep(0.01)
+
+
+@task(time_limit=0.5, max_attempts=2)
+def blocks(seconds: float) -> None:
+    """Blocks in C code (one long sleep), where no interruption reaches it."""
+    import time
+
+    time.sleep(seconds)
