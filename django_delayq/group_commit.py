@@ -26,7 +26,6 @@ What still holds, task by task:
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import threading
 import time
@@ -116,6 +115,31 @@ class Pacer:
         return until is None or time.monotonic() >= until
 
 
+@dataclass(frozen=True)
+class _Snapshot:
+    """What running a task in a group may change on its row, as claimed."""
+
+    status: str
+    run_at: Any
+    started_at: Any
+    last_error: str
+    last_traceback: str
+
+    @classmethod
+    def of(cls, row: DelayedTask) -> _Snapshot:
+        return cls(
+            row.status, row.run_at, row.started_at, row.last_error, row.last_traceback
+        )
+
+    def restore(self, row: DelayedTask) -> None:
+        row.status, row.run_at, row.started_at = (
+            self.status,
+            self.run_at,
+            self.started_at,
+        )
+        row.last_error, row.last_traceback = self.last_error, self.last_traceback
+
+
 @dataclass
 class GroupResult:
     #: rows whose attempt was recorded (success, retry or failure): ack them
@@ -142,6 +166,7 @@ def run_group(
     committed: list[bool] = []
     successes: list[transitions.Success] = []
     ran: list[tuple[DelayedTask, registry.Task[Any, Any]]] = []
+    claimed: dict[Any, _Snapshot] = {}
     began = time.monotonic()
     try:
         with transaction.atomic(using=db):
@@ -152,8 +177,8 @@ def run_group(
                 if index and time.monotonic() - began >= pacer.budget:
                     result.left = list(rows[index:])
                     break
-                # As claimed: what a run alone needs if the group is fenced.
-                ran.append((copy.copy(row), registered))
+                ran.append((row, registered))
+                claimed[row.pk] = _Snapshot.of(row)
                 success = _run_one(row, registered, db, pacer, watchdog)
                 if success is not None:
                     successes.append(success)
@@ -168,6 +193,9 @@ def run_group(
             "visibility timeout?); running them one by one",
             len(ran),
         )
+        # Nothing of the group was kept: each row is as it was claimed.
+        for row, _ in ran:
+            claimed[row.pk].restore(row)
         return _one_by_one(ran, result, watchdog)
     except Exception:
         if not committed:

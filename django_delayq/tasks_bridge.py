@@ -94,6 +94,7 @@ class FrameworkTask(registry.Task[..., Any]):
         )
         self.django_task = django_task
         self.backend = backend
+        _connect_signals()
 
 
 def resolve(name: str) -> FrameworkTask | None:
@@ -306,6 +307,15 @@ def _on_finished(sender: object, task: DelayedTask, **kwargs: Any) -> None:
 def install() -> None:
     """Let workers run this backend's tasks; from ``AppConfig.ready()``, no I/O."""
     registry.add_fallback(resolve)
+
+
+def _connect_signals() -> None:
+    """Relay our signals to the framework's, from the first framework task on.
+
+    Not from ``install()``: a receiver makes every task of every worker send
+    its signals, and a project that runs no framework task should not pay
+    for that.
+    """
     uid = "django_delayq.tasks_bridge"
     signals.task_started.connect(_on_started, dispatch_uid=f"{uid}.started")
     # A retried attempt is not the end of the task: no task_finished for it.
