@@ -78,6 +78,8 @@ class Worker:
     :param group_size: tasks committed together at most; 1 runs every task
         in a transaction of its own.
     :param group_budget: seconds a group may run before it commits.
+    :param max_tasks: stop after taking this many tasks (``None``: never),
+        for recycling: the worker takes no more than that, also in batches.
     """
 
     def __init__(
@@ -89,6 +91,7 @@ class Worker:
         visibility_timeout: float | None = None,
         group_size: int = DEFAULT_MAX_SIZE,
         group_budget: float = DEFAULT_BUDGET,
+        max_tasks: int | None = None,
     ) -> None:
         settings = get_settings()
         names = list(settings.queues) if not queues else list(queues)
@@ -107,6 +110,9 @@ class Worker:
                 f"got {group_budget}."
             )
         self.pacer = Pacer(budget=group_budget, max_size=group_size)
+        self.max_tasks = max_tasks
+        self._taken = 0  # entries handed to threads, for max_tasks
+        self._taken_lock = threading.Lock()
         if visibility_timeout is not None and not visibility_timeout > 0:
             raise ValueError(
                 f"visibility_timeout must be a positive number of seconds; "
@@ -306,10 +312,13 @@ class Worker:
         As many as the next group can take; a read that brings more leaves
         the rest in the backlog, for whichever thread is free first.
         """
-        size = self.pacer.size()
+        size = self._quota(self.pacer.size())
+        if not size:
+            self.stop()
+            return []
         taken = self._in_flight.take(size)
         if taken:
-            return taken
+            return self._count_taken(taken)
         entries = self._reclaim(client, consumer)
         if not entries:
             entries = streams.read(
@@ -321,7 +330,20 @@ class Worker:
             )
         self._in_flight.hold(entries, consumer)
         self._in_flight.wait(entries[size:])
-        return entries[:size]
+        return self._count_taken(entries[:size])
+
+    def _quota(self, size: int) -> int:
+        """``size``, or fewer if ``max_tasks`` leaves less to take."""
+        if self.max_tasks is None:
+            return size
+        with self._taken_lock:
+            return max(0, min(size, self.max_tasks - self._taken))
+
+    def _count_taken(self, entries: list[streams.Entry]) -> list[streams.Entry]:
+        if self.max_tasks is not None:
+            with self._taken_lock:
+                self._taken += len(entries)
+        return entries
 
     def _reclaim(self, client: redis.Redis, consumer: str) -> list[streams.Entry]:
         """Now and then, take over entries whose worker stopped heartbeating.

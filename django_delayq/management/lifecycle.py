@@ -23,9 +23,16 @@ _LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEB
 
 @contextlib.contextmanager
 def command_context(
-    stop: Callable[[], None], what: str, verbosity: int
+    stop: Callable[[], None],
+    what: str,
+    verbosity: int,
+    *,
+    force: Callable[[], None] | None = None,
 ) -> Iterator[None]:
     """Set up logging and signal handling for one command run, then undo both.
+
+    ``force``, if given, runs on the second signal, just before the exit (a
+    supervisor kills its children there).
 
     Undoing matters when a command runs through ``call_command()`` inside
     another program (a test suite): its handlers and log level come back.
@@ -39,7 +46,7 @@ def command_context(
             logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
         )
         logger.addHandler(handler)
-    previous = _install_signal_handlers(stop, what)
+    previous = _install_signal_handlers(stop, what, force)
     try:
         yield
     finally:
@@ -124,7 +131,7 @@ _Handler = Callable[[int, FrameType | None], object] | int | None
 
 
 def _install_signal_handlers(
-    stop: Callable[[], None], what: str
+    stop: Callable[[], None], what: str, force: Callable[[], None] | None
 ) -> dict[signal.Signals, _Handler]:
     """SIGTERM or SIGINT once: ``stop()`` gracefully; a second one: exit now.
 
@@ -149,6 +156,8 @@ def _install_signal_handlers(
         else:
             # Work in flight is abandoned: its transactions roll back and its
             # stream entries stay pending, so another worker reclaims them.
+            if force is not None:
+                force()
             os._exit(128 + signum)
 
     previous: dict[signal.Signals, _Handler] = {}

@@ -3,9 +3,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_delayq.dispatcher import Dispatcher
+from django_delayq.exceptions import WorkerStuck
 from django_delayq.management.lifecycle import (
     add_queue_option,
     add_worker_options,
@@ -50,6 +51,8 @@ class Command(BaseCommand):
                 thread.start()
             try:
                 worker.run()
+            except WorkerStuck as exc:
+                raise CommandError(str(exc)) from None
             finally:
                 stop()
                 for thread in threads:

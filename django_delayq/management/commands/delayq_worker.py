@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_delayq.exceptions import WorkerStuck
 from django_delayq.management.lifecycle import (
     add_queue_option,
     add_worker_options,
@@ -11,7 +12,13 @@ from django_delayq.management.lifecycle import (
     option_errors,
     worker_options,
 )
+from django_delayq.management.processes import add_process_options, process_options
+from django_delayq.supervisor import Supervisor
 from django_delayq.worker import Worker
+
+#: The exit status of a worker that gave up on a task it could not
+#: interrupt (EX_SOFTWARE): restart it.
+EXIT_STUCK = 70
 
 
 class Command(BaseCommand):
@@ -20,6 +27,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         add_queue_option(parser)
         add_worker_options(parser)
+        add_process_options(parser)
         parser.add_argument(
             "--visibility-timeout",
             type=float,
@@ -33,16 +41,60 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        with option_errors():
-            worker = Worker(
+        def make_worker() -> Worker:
+            return Worker(
                 options["queues"],
                 **worker_options(options),
                 visibility_timeout=options["visibility_timeout"],
             )
-        with command_context(worker.stop, "delayq_worker", options["verbosity"]):
-            stats = worker.run(once=options["once"])
-        if options["verbosity"]:
+
+        with option_errors():
+            # Also under a supervisor: a bad option stops the command here,
+            # before any worker process starts.
+            worker = make_worker()
+        supervised = process_options(options)
+        verbosity = options["verbosity"]
+        killed: list[int] = []
+        if supervised is None:
+            with command_context(worker.stop, "delayq_worker", verbosity):
+                try:
+                    stats = worker.run(once=options["once"])
+                except WorkerStuck as exc:
+                    # The stuck thread cannot be stopped; only the process
+                    # can. Its process manager starts a fresh one.
+                    self.stderr.write(f"delayq_worker: {exc}")
+                    raise SystemExit(EXIT_STUCK) from None
+            processed, dead, reclaimed = (
+                stats.processed,
+                stats.dead_lettered,
+                stats.reclaimed,
+            )
+        else:
+            supervisor = Supervisor(
+                make_worker,
+                processes=supervised.processes,
+                recycling=supervised.recycling,
+                grace_period=supervised.grace_period,
+            )
+            with command_context(
+                supervisor.stop, "delayq_worker", verbosity, force=supervisor.kill
+            ):
+                totals = supervisor.run()
+            killed = totals.killed
+            processed, dead, reclaimed = (
+                totals.processed,
+                totals.dead_lettered,
+                totals.reclaimed,
+            )
+        if verbosity:
             self.stdout.write(
-                f"delayq_worker: {stats.processed} processed, "
-                f"{stats.dead_lettered} dead-lettered, {stats.reclaimed} reclaimed"
+                f"delayq_worker: {processed} processed, "
+                f"{dead} dead-lettered, {reclaimed} reclaimed"
+            )
+        if killed:
+            assert supervised is not None
+            raise CommandError(
+                f"killed {len(killed)} worker process(es) still running "
+                f"after the grace period of {supervised.grace_period:g} s; their "
+                f"tasks are taken over after the visibility timeout."
             )
