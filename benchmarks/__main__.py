@@ -1,14 +1,16 @@
 """Run every benchmark in one invocation and write the report.
 
     python -m benchmarks            # full run (~30 min), writes docs/benchmarks.md
-    python -m benchmarks --quick    # small N, a couple of minutes, prints only
+    python -m benchmarks --quick    # small N, a few minutes, prints only
 
 Starts its own redis-server and PostgreSQL on loopback (tools.servers) and
 stops them after; every measurement runs in a subprocess of its own (Django is
 configured once per process) and every loop in them is bounded in count and
 time. Each figure comes with a baseline measured in this same run: raw
-redis-py, the ORM written by hand, or the peers (Celery, RQ, Dramatiq, Huey,
-from the ``bench`` dependency group).
+redis-py, the ORM written by hand, the task functions called in a plain loop
+with no queue (``benchmarks.direct_call``), or the peers (Celery, RQ,
+Dramatiq, Huey on the same Redis; procrastinate, PgQueuer, django-tasks-db
+on the same PostgreSQL; from the ``bench`` dependency group).
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ FULL = Plan(
     sizes=(10_000, 100_000, 1_000_000),
     peers_schedule=20_000,
     time_limit=30.0,
+    direct_calls=20_000,
+    throughput_tasks=10_000,
 )
 QUICK = Plan(
     schedule_single=200,
@@ -62,6 +66,8 @@ QUICK = Plan(
     sizes=(1_000, 5_000),
     peers_schedule=500,
     time_limit=15.0,
+    direct_calls=2_000,
+    throughput_tasks=500,
 )
 
 
@@ -177,6 +183,7 @@ def measure(plan: Plan, *, peers: bool, quick: bool) -> dict[str, Any]:
                     **_median_of(runs),
                 }
             )
+        _throughput(env, plan, results)
         _say("footprint and growth: " + ", ".join(f"{s:,}" for s in plan.sizes))
         results["footprint"] = _child(
             env,
@@ -188,21 +195,63 @@ def measure(plan: Plan, *, peers: bool, quick: bool) -> dict[str, Any]:
             "--json",
             timeout=3600,
         )
-    if peers:
-        results["peers"] = _peers(plan, quick)
+        if peers:
+            # The PostgreSQL peers get a fresh database each on this server.
+            results["peers"] = _peers(plan, quick, pg.url)
     results["finished"] = time.time()
     return results
 
 
-def _peers(plan: Plan, quick: bool) -> list[dict[str, Any]]:
+# Task kinds of the throughput scenarios, as benchmarks.benchapp.tasks names them.
+TASK_KINDS = ("noop", "write_row")
+
+
+def _throughput(env: dict[str, str], plan: Plan, results: dict[str, Any]) -> None:
+    """Started/s per worker process, against the same functions called directly.
+
+    The direct-call loop runs first, on the same PostgreSQL, then for each
+    task kind ``throughput_tasks`` tasks share one due time and one worker
+    process (one thread) runs them all.
+    """
+    _say(f"direct-call baseline: {plan.direct_calls:,} calls of each task kind")
+    results["direct_call"] = _child(
+        env,
+        "benchmarks.direct_call",
+        "--db",
+        "postgres",
+        "--calls",
+        str(plan.direct_calls),
+        "--repeats",
+        str(plan.repeats),
+        "--json",
+        timeout=1800,
+    )
+    results["throughput"] = []
+    n = plan.throughput_tasks
+    # Room for a worker as slow as 100 tasks/s before the run gives up.
+    limit = max(plan.time_limit, n / 100)
+    for kind in TASK_KINDS:
+        _say(f"end to end: throughput, {n:,} {kind} tasks all due, 1 worker")
+        argv = ["benchmarks.end_to_end", "--db", "postgres", "--all-due"]
+        argv += ["--task", kind, "--tasks", str(n), "--window", "0"]
+        argv += ["--workers", "1", "--time-limit", str(limit), "--json"]
+        # Throughput runs take long and vary little: one run each.
+        run = _child(env, *argv, timeout=600 + limit)
+        results["throughput"].append({"task": kind, **run})
+
+
+def _peers(plan: Plan, quick: bool, postgres_url: str) -> list[dict[str, Any]]:
     """Each peer with its defaults, then (full runs) with its knobs turned.
 
     A quick run only checks that every peer still runs, so its peers run side
-    by side (each on servers of its own); a full run measures them one at a
-    time on a quiet machine.
+    by side (each on servers or a database of its own); a full run measures
+    them one at a time on a quiet machine. Each run is a
+    child process of its own (Django is set up once per process).
     """
-    from benchmarks.peers import PEERS, run_peer
+    from benchmarks.peers import PEERS
+    from benchmarks.peers.__main__ import CHILD_TIMEOUT_S
     from benchmarks.peers.__main__ import QUICK as PEERS_QUICK
+    from benchmarks.peers.child import run_peer_in_child
 
     def measure_peer(name: str, tuned: bool) -> dict[str, Any]:
         _say(f"peer: {name}{' (tuned)' if tuned else ''}")
@@ -219,9 +268,19 @@ def _peers(plan: Plan, quick: bool) -> list[dict[str, Any]]:
                 memory_n=plan.sizes[0],
                 time_limit_s=plan.time_limit,
             )
-        return run_peer(name, workers=1, tuned=tuned, **sizes)
+        return run_peer_in_child(
+            name,
+            timeout=CHILD_TIMEOUT_S,
+            workers=1,
+            tuned=tuned,
+            postgres_url=postgres_url,
+            **sizes,
+        )
 
     if quick:
+        # All at once: a quick run only proves each peer still runs, and one
+        # slot each keeps the wall time that of the slowest peer (about a
+        # minute on two busy cores) rather than of two waves.
         with ThreadPoolExecutor(max_workers=len(PEERS)) as pool:
             return list(pool.map(lambda name: measure_peer(name, False), PEERS))
     return [measure_peer(name, tuned) for name in PEERS for tuned in (False, True)]
