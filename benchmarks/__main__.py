@@ -2,6 +2,7 @@
 
     python -m benchmarks            # full run (~30 min), writes docs/benchmarks.md
     python -m benchmarks --quick    # small N, a few minutes, prints only
+    python -m benchmarks --quick --all-peers   # ... with all three PostgreSQL peers
 
 Starts its own redis-server and PostgreSQL on loopback (tools.servers) and
 stops them after; every measurement runs in a subprocess of its own (Django is
@@ -22,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,7 @@ FULL = Plan(
     time_limit=30.0,
     direct_calls=20_000,
     throughput_tasks=10_000,
+    throughput_kinds=("noop", "write_row"),
 )
 QUICK = Plan(
     schedule_single=200,
@@ -68,7 +71,13 @@ QUICK = Plan(
     time_limit=15.0,
     direct_calls=2_000,
     throughput_tasks=500,
+    # The kind the target is about; a worker start-up costs ~20 s here.
+    throughput_kinds=("write_row",),
 )
+# The quick run (CI) measures one PostgreSQL peer, procrastinate, whose
+# Django integration takes the most machinery to keep working; all three
+# add a minute on two cores (--all-peers).
+QUICK_PEERS = ("celery", "rq", "dramatiq", "huey", "procrastinate")
 
 
 def _child(env: dict[str, str], *argv: str, timeout: float) -> Any:
@@ -100,7 +109,7 @@ def _say(message: str) -> None:
     sys.stderr.flush()
 
 
-def measure(plan: Plan, *, peers: bool, quick: bool) -> dict[str, Any]:
+def measure(plan: Plan, *, peers: Sequence[str], quick: bool) -> dict[str, Any]:
     results: dict[str, Any] = {"plan": plan.as_dict(), "started": time.time()}
     with RedisServer() as redis, PostgresServer() as pg:
         env = dict(
@@ -197,21 +206,18 @@ def measure(plan: Plan, *, peers: bool, quick: bool) -> dict[str, Any]:
         )
         if peers:
             # The PostgreSQL peers get a fresh database each on this server.
-            results["peers"] = _peers(plan, quick, pg.url)
+            results["peers"] = _peers(plan, peers, quick, pg.url)
     results["finished"] = time.time()
     return results
-
-
-# Task kinds of the throughput scenarios, as benchmarks.benchapp.tasks names them.
-TASK_KINDS = ("noop", "write_row")
 
 
 def _throughput(env: dict[str, str], plan: Plan, results: dict[str, Any]) -> None:
     """Started/s per worker process, against the same functions called directly.
 
-    The direct-call loop runs first, on the same PostgreSQL, then for each
-    task kind ``throughput_tasks`` tasks share one due time and one worker
-    process (one thread) runs them all.
+    The direct-call loop runs first, on the same PostgreSQL (both task
+    kinds: it is quick), then for each of the plan's task kinds (names in
+    ``benchmarks.benchapp.tasks``) ``throughput_tasks`` tasks share one due
+    time and one worker process (one thread) runs them all.
     """
     _say(f"direct-call baseline: {plan.direct_calls:,} calls of each task kind")
     results["direct_call"] = _child(
@@ -230,7 +236,7 @@ def _throughput(env: dict[str, str], plan: Plan, results: dict[str, Any]) -> Non
     n = plan.throughput_tasks
     # Room for a worker as slow as 100 tasks/s before the run gives up.
     limit = max(plan.time_limit, n / 100)
-    for kind in TASK_KINDS:
+    for kind in plan.throughput_kinds:
         _say(f"end to end: throughput, {n:,} {kind} tasks all due, 1 worker")
         argv = ["benchmarks.end_to_end", "--db", "postgres", "--all-due"]
         argv += ["--task", kind, "--tasks", str(n), "--window", "0"]
@@ -240,7 +246,9 @@ def _throughput(env: dict[str, str], plan: Plan, results: dict[str, Any]) -> Non
         results["throughput"].append({"task": kind, **run})
 
 
-def _peers(plan: Plan, quick: bool, postgres_url: str) -> list[dict[str, Any]]:
+def _peers(
+    plan: Plan, names: Sequence[str], quick: bool, postgres_url: str
+) -> list[dict[str, Any]]:
     """Each peer with its defaults, then (full runs) with its knobs turned.
 
     A quick run only checks that every peer still runs, so its peers run side
@@ -248,7 +256,6 @@ def _peers(plan: Plan, quick: bool, postgres_url: str) -> list[dict[str, Any]]:
     them one at a time on a quiet machine. Each run is a
     child process of its own (Django is set up once per process).
     """
-    from benchmarks.peers import PEERS
     from benchmarks.peers.__main__ import CHILD_TIMEOUT_S
     from benchmarks.peers.__main__ import QUICK as PEERS_QUICK
     from benchmarks.peers.child import run_peer_in_child
@@ -281,15 +288,20 @@ def _peers(plan: Plan, quick: bool, postgres_url: str) -> list[dict[str, Any]]:
         # All at once: a quick run only proves each peer still runs, and one
         # slot each keeps the wall time that of the slowest peer (about a
         # minute on two busy cores) rather than of two waves.
-        with ThreadPoolExecutor(max_workers=len(PEERS)) as pool:
-            return list(pool.map(lambda name: measure_peer(name, False), PEERS))
-    return [measure_peer(name, tuned) for name in PEERS for tuned in (False, True)]
+        with ThreadPoolExecutor(max_workers=len(names)) as pool:
+            return list(pool.map(lambda name: measure_peer(name, False), names))
+    return [measure_peer(name, tuned) for name in names for tuned in (False, True)]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small N, prints only")
     parser.add_argument("--no-peers", action="store_true", help="skip the peers")
+    parser.add_argument(
+        "--all-peers",
+        action="store_true",
+        help="with --quick: every peer (default: one of the PostgreSQL peers)",
+    )
     parser.add_argument(
         "--write",
         type=Path,
@@ -300,7 +312,14 @@ def main() -> int:
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     command = "python -m benchmarks" + (" --quick" if args.quick else "")
-    results = measure(plan, peers=not args.no_peers, quick=args.quick)
+    from benchmarks.peers import PEERS
+
+    peers: Sequence[str] = PEERS
+    if args.no_peers:
+        peers = ()
+    elif args.quick and not args.all_peers:
+        peers = QUICK_PEERS
+    results = measure(plan, peers=peers, quick=args.quick)
     results["command"] = command
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -35,6 +35,7 @@ class Plan:
     time_limit: float
     direct_calls: int  # calls of each task function in the no-queue baseline
     throughput_tasks: int  # tasks all due at once, per task kind
+    throughput_kinds: tuple[str, ...]  # task kinds measured end to end
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
