@@ -1,6 +1,6 @@
 """Run every benchmark in one invocation and write the report.
 
-    python -m benchmarks            # full run (~30 min), writes docs/benchmarks.md
+    python -m benchmarks            # full run (~1 h), writes docs/benchmarks.md
     python -m benchmarks --quick    # small N, a few minutes, prints only
     python -m benchmarks --quick --all-peers   # ... with all three PostgreSQL peers
 
