@@ -1,14 +1,17 @@
 """Run every benchmark in one invocation and write the report.
 
-    python -m benchmarks            # full run (~30 min), writes docs/benchmarks.md
-    python -m benchmarks --quick    # small N, a couple of minutes, prints only
+    python -m benchmarks            # full run (~1 h), writes docs/benchmarks.md
+    python -m benchmarks --quick    # small N, a few minutes, prints only
+    python -m benchmarks --quick --all-peers   # ... with all three PostgreSQL peers
 
 Starts its own redis-server and PostgreSQL on loopback (tools.servers) and
 stops them after; every measurement runs in a subprocess of its own (Django is
 configured once per process) and every loop in them is bounded in count and
 time. Each figure comes with a baseline measured in this same run: raw
-redis-py, the ORM written by hand, or the peers (Celery, RQ, Dramatiq, Huey,
-from the ``bench`` dependency group).
+redis-py, the ORM written by hand, the task functions called in a plain loop
+with no queue (``benchmarks.direct_call``), or the peers (Celery, RQ,
+Dramatiq, Huey on the same Redis; procrastinate, PgQueuer, django-tasks-db
+on the same PostgreSQL; from the ``bench`` dependency group).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -45,6 +49,9 @@ FULL = Plan(
     sizes=(10_000, 100_000, 1_000_000),
     peers_schedule=20_000,
     time_limit=30.0,
+    direct_calls=20_000,
+    throughput_tasks=10_000,
+    throughput_kinds=("noop", "write_row"),
 )
 QUICK = Plan(
     schedule_single=200,
@@ -62,7 +69,15 @@ QUICK = Plan(
     sizes=(1_000, 5_000),
     peers_schedule=500,
     time_limit=15.0,
+    direct_calls=2_000,
+    throughput_tasks=500,
+    # The kind the target is about; a worker start-up costs ~20 s here.
+    throughput_kinds=("write_row",),
 )
+# The quick run (CI) measures one PostgreSQL peer, procrastinate, whose
+# Django integration takes the most machinery to keep working; all three
+# add a minute on two cores (--all-peers).
+QUICK_PEERS = ("celery", "rq", "dramatiq", "huey", "procrastinate")
 
 
 def _child(env: dict[str, str], *argv: str, timeout: float) -> Any:
@@ -94,7 +109,7 @@ def _say(message: str) -> None:
     sys.stderr.flush()
 
 
-def measure(plan: Plan, *, peers: bool, quick: bool) -> dict[str, Any]:
+def measure(plan: Plan, *, peers: Sequence[str], quick: bool) -> dict[str, Any]:
     results: dict[str, Any] = {"plan": plan.as_dict(), "started": time.time()}
     with RedisServer() as redis, PostgresServer() as pg:
         env = dict(
@@ -177,6 +192,7 @@ def measure(plan: Plan, *, peers: bool, quick: bool) -> dict[str, Any]:
                     **_median_of(runs),
                 }
             )
+        _throughput(env, plan, results)
         _say("footprint and growth: " + ", ".join(f"{s:,}" for s in plan.sizes))
         results["footprint"] = _child(
             env,
@@ -188,21 +204,61 @@ def measure(plan: Plan, *, peers: bool, quick: bool) -> dict[str, Any]:
             "--json",
             timeout=3600,
         )
-    if peers:
-        results["peers"] = _peers(plan, quick)
+        if peers:
+            # The PostgreSQL peers get a fresh database each on this server.
+            results["peers"] = _peers(plan, peers, quick, pg.url)
     results["finished"] = time.time()
     return results
 
 
-def _peers(plan: Plan, quick: bool) -> list[dict[str, Any]]:
+def _throughput(env: dict[str, str], plan: Plan, results: dict[str, Any]) -> None:
+    """Started/s per worker process, against the same functions called directly.
+
+    The direct-call loop runs first, on the same PostgreSQL (both task
+    kinds: it is quick), then for each of the plan's task kinds (names in
+    ``benchmarks.benchapp.tasks``) ``throughput_tasks`` tasks share one due
+    time and one worker process (one thread) runs them all.
+    """
+    _say(f"direct-call baseline: {plan.direct_calls:,} calls of each task kind")
+    results["direct_call"] = _child(
+        env,
+        "benchmarks.direct_call",
+        "--db",
+        "postgres",
+        "--calls",
+        str(plan.direct_calls),
+        "--repeats",
+        str(plan.repeats),
+        "--json",
+        timeout=1800,
+    )
+    results["throughput"] = []
+    n = plan.throughput_tasks
+    # Room for a worker as slow as 100 tasks/s before the run gives up.
+    limit = max(plan.time_limit, n / 100)
+    for kind in plan.throughput_kinds:
+        _say(f"end to end: throughput, {n:,} {kind} tasks all due, 1 worker")
+        argv = ["benchmarks.end_to_end", "--db", "postgres", "--all-due"]
+        argv += ["--task", kind, "--tasks", str(n), "--window", "0"]
+        argv += ["--workers", "1", "--time-limit", str(limit), "--json"]
+        # Throughput runs take long and vary little: one run each.
+        run = _child(env, *argv, timeout=600 + limit)
+        results["throughput"].append({"task": kind, **run})
+
+
+def _peers(
+    plan: Plan, names: Sequence[str], quick: bool, postgres_url: str
+) -> list[dict[str, Any]]:
     """Each peer with its defaults, then (full runs) with its knobs turned.
 
     A quick run only checks that every peer still runs, so its peers run side
-    by side (each on servers of its own); a full run measures them one at a
-    time on a quiet machine.
+    by side (each on servers or a database of its own); a full run measures
+    them one at a time on a quiet machine. Each run is a
+    child process of its own (Django is set up once per process).
     """
-    from benchmarks.peers import PEERS, run_peer
+    from benchmarks.peers.__main__ import CHILD_TIMEOUT_S
     from benchmarks.peers.__main__ import QUICK as PEERS_QUICK
+    from benchmarks.peers.child import run_peer_in_child
 
     def measure_peer(name: str, tuned: bool) -> dict[str, Any]:
         _say(f"peer: {name}{' (tuned)' if tuned else ''}")
@@ -219,18 +275,33 @@ def _peers(plan: Plan, quick: bool) -> list[dict[str, Any]]:
                 memory_n=plan.sizes[0],
                 time_limit_s=plan.time_limit,
             )
-        return run_peer(name, workers=1, tuned=tuned, **sizes)
+        return run_peer_in_child(
+            name,
+            timeout=CHILD_TIMEOUT_S,
+            workers=1,
+            tuned=tuned,
+            postgres_url=postgres_url,
+            **sizes,
+        )
 
     if quick:
-        with ThreadPoolExecutor(max_workers=len(PEERS)) as pool:
-            return list(pool.map(lambda name: measure_peer(name, False), PEERS))
-    return [measure_peer(name, tuned) for name in PEERS for tuned in (False, True)]
+        # All at once: a quick run only proves each peer still runs, and one
+        # slot each keeps the wall time that of the slowest peer (about a
+        # minute on two busy cores) rather than of two waves.
+        with ThreadPoolExecutor(max_workers=len(names)) as pool:
+            return list(pool.map(lambda name: measure_peer(name, False), names))
+    return [measure_peer(name, tuned) for name in names for tuned in (False, True)]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small N, prints only")
     parser.add_argument("--no-peers", action="store_true", help="skip the peers")
+    parser.add_argument(
+        "--all-peers",
+        action="store_true",
+        help="with --quick: every peer (default: one of the PostgreSQL peers)",
+    )
     parser.add_argument(
         "--write",
         type=Path,
@@ -241,7 +312,14 @@ def main() -> int:
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     command = "python -m benchmarks" + (" --quick" if args.quick else "")
-    results = measure(plan, peers=not args.no_peers, quick=args.quick)
+    from benchmarks.peers import PEERS
+
+    peers: Sequence[str] = PEERS
+    if args.no_peers:
+        peers = ()
+    elif args.quick and not args.all_peers:
+        peers = QUICK_PEERS
+    results = measure(plan, peers=peers, quick=args.quick)
     results["command"] = command
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

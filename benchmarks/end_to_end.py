@@ -9,6 +9,13 @@ worker started it, both on this machine's clock (the same measure the peers
 get: the moment the task function starts). Completed/s is tasks finished
 divided by the time from the first due time to the last finish.
 
+``--all-due`` is the throughput scenario: all N tasks share one due time, so
+the workers start on a full ready stream; started/s is tasks finished divided
+by the time from the first start to the last finish (what the worker
+processes sustain, without the dispatch lead-in). ``--task`` picks the task
+function: ``noop``, or ``write_row`` (one ORM insert), the same functions
+that ``benchmarks.direct_call`` calls with no queue.
+
     python -m tools.servers run --redis --postgres -- \\
         python -m benchmarks.end_to_end --db postgres --tasks 20000 --window 2
 
@@ -25,7 +32,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from benchmarks.stats import lateness_summary
@@ -46,17 +53,31 @@ def _command(name: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "django", name, *args]
 
 
+def worker_args(
+    prefetch: int | None = None,
+    concurrency: int = 1,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The ``delayq_worker`` options of a scenario; ``extra`` is passed as is
+    (options the worker command gains later need no change here)."""
+    args = ["--concurrency", str(concurrency)]
+    args += [] if prefetch is None else ["--prefetch", str(prefetch)]
+    return [*args, *extra]
+
+
 @contextmanager
 def running(
-    workers: int, prefetch: int | None = None, concurrency: int = 1
+    workers: int,
+    prefetch: int | None = None,
+    concurrency: int = 1,
+    extra_worker_args: Sequence[str] = (),
 ) -> Iterator[None]:
     """A dispatcher and ``workers`` worker processes, stopped on exit by PID."""
     import redis
 
     client = redis.Redis.from_url(os.environ["DELAYQ_REDIS_URL"])
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    extra = ["--concurrency", str(concurrency)]
-    extra += [] if prefetch is None else ["--prefetch", str(prefetch)]
+    extra = worker_args(prefetch, concurrency, extra_worker_args)
     argvs = [_command("delayq_dispatch", "-v", "0")]
     argvs += [_command("delayq_worker", "-v", "0", *extra) for _ in range(workers)]
     processes = [
@@ -99,31 +120,39 @@ def scenario(
     time_limit: float,
     prefetch: int | None = None,
     concurrency: int = 1,
+    *,
+    kind: str = "noop",
+    all_due: bool = False,
+    extra_worker_args: Sequence[str] = (),
 ) -> dict[str, float]:
-    """Run ``n`` tasks due evenly over ``window`` seconds; return the figures."""
+    """Run ``n`` tasks due evenly over ``window`` seconds (all at once with
+    ``all_due``); return the figures."""
     import redis
     from django.db import connection
     from django.utils import timezone
 
-    from benchmarks.benchapp.tasks import noop
+    from benchmarks.benchapp.models import BenchRow
+    from benchmarks.benchapp.tasks import KINDS
     from django_delayq import Call, schedule_many
     from django_delayq.models import DelayedTask, Status
 
+    func = KINDS[kind]
     client = redis.Redis.from_url(os.environ["DELAYQ_REDIS_URL"])
     client.flushall()
     DelayedTask.objects.all().delete()
+    BenchRow.objects.all().delete()
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("VACUUM ANALYZE django_delayq_delayedtask")
-    with running(workers, prefetch, concurrency):
+    with running(workers, prefetch, concurrency, extra_worker_args):
         # Scheduling must be over before the first task is due: allow for a
         # slow bulk rate (5,000/s) plus a second.
         lead = 1.0 + n / 5000
         first = timezone.now() + datetime.timedelta(seconds=lead)
-        step = datetime.timedelta(seconds=window / n)
+        step = datetime.timedelta(seconds=0 if all_due else window / n)
         for start in range(0, n, 5000):
             schedule_many(
-                Call(noop, args=[i], eta=first + step * i)
+                Call(func, args=[i], eta=first + step * i)
                 for i in range(start, min(n, start + 5000))
             )
         scheduled = timezone.now()
@@ -146,10 +175,13 @@ def scenario(
     late = [(started - run_at).total_seconds() * 1000 for run_at, started, _ in rows]
     summary = lateness_summary(late, n)
     if rows:
-        span = (max(f for _, _, f in rows) - min(r for r, _, _ in rows)).total_seconds()
+        last_finish = max(f for _, _, f in rows)
+        span = (last_finish - min(r for r, _, _ in rows)).total_seconds()
         summary["completed_per_s"] = len(rows) / max(span, 1e-3)
+        busy = (last_finish - min(s for _, s, _ in rows)).total_seconds()
+        summary["started_per_s"] = len(rows) / max(busy, 1e-3)
     else:
-        summary["completed_per_s"] = 0.0
+        summary["completed_per_s"] = summary["started_per_s"] = 0.0
     summary["unfinished"] = pending
     summary["workers"] = workers
     summary["threads"] = concurrency
@@ -164,6 +196,10 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--prefetch", type=int, default=None)
     parser.add_argument("--concurrency", type=int, default=1, help="threads")
+    parser.add_argument("--task", choices=["noop", "write_row"], default="noop")
+    parser.add_argument(
+        "--all-due", action="store_true", help="one due time for all (throughput)"
+    )
     parser.add_argument("--time-limit", type=float, default=120.0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -175,6 +211,8 @@ def main() -> int:
         args.time_limit,
         args.prefetch,
         args.concurrency,
+        kind=args.task,
+        all_due=args.all_due,
     )
     if args.json:
         print(json.dumps(result))

@@ -8,6 +8,7 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -32,6 +33,9 @@ class Plan:
     sizes: tuple[int, ...]
     peers_schedule: int
     time_limit: float
+    direct_calls: int  # calls of each task function in the no-queue baseline
+    throughput_tasks: int  # tasks all due at once, per task kind
+    throughput_kinds: tuple[str, ...]  # task kinds measured end to end
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -168,6 +172,47 @@ def _end_to_end(results: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _throughput(results: dict[str, Any]) -> list[str]:
+    rows = results.get("throughput")
+    if not rows:
+        return []
+    direct = results["direct_call"]
+    lines = [
+        "## Throughput per worker process, against direct calls (PostgreSQL)",
+        "",
+        f"Each task kind: {results['plan']['throughput_tasks']:,} tasks "
+        "scheduled with one due time, run by a `delayq_dispatch` and one "
+        "`delayq_worker` process (one thread); started/s = tasks / (last "
+        "finish - first start). Baseline: the same task functions "
+        f"(`benchmarks.benchapp.tasks`) called {direct['calls']:,.0f} times in "
+        f"a plain loop in one process, `transaction.atomic()` around every "
+        f"{direct['batch']:,.0f} calls, no queue, on the same PostgreSQL "
+        f"(median of {results['plan']['repeats']} round(s)). `noop` does "
+        "nothing; `write_row` inserts one row with the ORM.",
+        "",
+        "| task | tasks | finished | started/s, 1 worker process "
+        "| direct calls/s | ratio |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        calls = direct[f"{row['task']}_calls_per_s"]
+        lines.append(
+            f"| {row['task']} | {row['n']:,.0f} | {row['fired']:,.0f} "
+            f"| {_num(row['started_per_s'])} | {_num(calls)} "
+            f"| {_ratio(row['started_per_s'], calls)} |"
+        )
+    return [*lines, ""]
+
+
+def _ratio(ours: float, baseline: float) -> str:
+    """``ours / baseline``; below 0.01 as a fraction, "1/N", since a no-op
+    called directly is so cheap that two decimals would read 0.00."""
+    if not baseline or not ours:
+        return "n/a"
+    ratio = ours / baseline
+    return f"{ratio:.2f}x" if ratio >= 0.01 else f"1/{1 / ratio:,.0f}"
+
+
 def _footprint(results: dict[str, Any]) -> list[str]:
     rows = results["footprint"]
     lines = [
@@ -212,8 +257,10 @@ def _peers(results: dict[str, Any]) -> list[str]:
         markdown(
             [ours, *peers],
             "## Side by side with the peers\n\n"
-            "Same N, delays and windows; each peer on a fresh redis-server of "
-            "the same binary, 1 worker process with its defaults, then with "
+            "Same N, delays and windows; each Redis peer on a fresh "
+            "redis-server of the same binary, each PostgreSQL peer "
+            "(procrastinate, PgQueuer, django-tasks-db) on a fresh database "
+            "of the same PostgreSQL, 1 worker process with its defaults, then with "
             "its obvious knobs turned (`tuned`). django-delayq's row comes "
             "from the sections above (PostgreSQL, 1 worker; its schedule "
             "rate is single `schedule()` calls, bulk in brackets).",
@@ -294,6 +341,7 @@ def _targets(results: dict[str, Any]) -> list[str]:
             and best["p99_ms"] <= 200
             and best["completed_per_s"] >= 10_000,
         ),
+        *_throughput_target(results, row),
         row(
             "bulk schedule >= 30,000 tasks/s (PostgreSQL)",
             f"{_num(pg['bulk schedule_many()']['ours'])} tasks/s",
@@ -325,6 +373,25 @@ def _targets(results: dict[str, Any]) -> list[str]:
             max(per_task) / min(per_task) <= 1.5,
         ),
         "",
+    ]
+
+
+def _throughput_target(
+    results: dict[str, Any], row: Callable[[str, str, bool], str]
+) -> list[str]:
+    by_task = {r["task"]: r for r in results.get("throughput", [])}
+    if "write_row" not in by_task:
+        return []
+    ours = by_task["write_row"]["started_per_s"]
+    direct = results["direct_call"]["write_row_calls_per_s"]
+    return [
+        row(
+            "started/s per worker process >= 0.5x the direct-call baseline "
+            "for the one-row task",
+            f"{_ratio(ours, direct)} ({_num(ours)} started/s, direct calls "
+            f"{_num(direct)}/s)",
+            ours >= 0.5 * direct,
+        )
     ]
 
 
@@ -380,6 +447,7 @@ def render(results: dict[str, Any]) -> str:
         *_schedule(results),
         *_dispatch(results),
         *_end_to_end(results),
+        *_throughput(results),
         *_footprint(results),
         *_peers(results),
         *_limits(),

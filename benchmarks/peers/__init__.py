@@ -1,9 +1,12 @@
 """Delay queues that django-delayq is measured against, on the same Redis.
 
 Celery ``apply_async(countdown=...)``, RQ ``enqueue_in``, Dramatiq
-``send_with_options(delay=...)`` and Huey ``schedule(delay=...)``, each with
-its default settings and with its obvious knobs turned, workers run as
-subprocesses of their own CLIs::
+``send_with_options(delay=...)`` and Huey ``schedule(delay=...)`` on Redis;
+and the peers that keep a database row per task, on PostgreSQL:
+procrastinate (``defer`` with ``schedule_in``, Django integration), PgQueuer
+(``execute_after``) and django-tasks-db (``django.tasks``, ``run_after``).
+Each runs with its default settings and with its obvious knobs turned,
+workers run as subprocesses of their own CLIs::
 
     from benchmarks.peers import PEERS, run_peer
 
@@ -17,7 +20,11 @@ subprocesses of their own CLIs::
     {"peer", "version", "config", "schedule_per_s", "bulk_schedule_per_s",
      "light": {"n", "fired", "p50_ms", "p90_ms", "p99_ms", "max_ms"},
      "steady": {...}, "burst": {..., "completed_per_s"},
-     "idle_cmds_per_s", "redis_bytes_per_task", "errors": [...]}
+     "idle_cmds_per_s", "redis_bytes_per_task", "db_bytes_per_task",
+     "store", "errors": [...]}
+
+For a PostgreSQL peer ``idle_cmds_per_s`` counts transactions, and the bytes
+go under ``db_bytes_per_task``; ``store`` says which ("redis", "postgres").
 
 Lateness is start - due in ms, both ``time.time()`` on this one machine;
 percentiles are nearest-rank over the tasks that fired. The command line
@@ -33,7 +40,18 @@ from typing import Any
 
 __all__ = ["PEERS", "run_peer"]
 
-PEERS = ["celery", "rq", "dramatiq", "huey"]
+PEERS = [
+    "celery",
+    "rq",
+    "dramatiq",
+    "huey",
+    "procrastinate",
+    "pgqueuer",
+    "django-tasks-db",
+]
+#: The peers that keep a database row per task, as django-delayq does; they
+#: run on PostgreSQL, not Redis.
+POSTGRES_PEERS = ["procrastinate", "pgqueuer", "django-tasks-db"]
 
 
 def __getattr__(name: str) -> Any:

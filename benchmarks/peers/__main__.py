@@ -3,15 +3,20 @@
     python -m benchmarks.peers --quick            # small N, defaults only
     python -m benchmarks.peers                    # full N, defaults and tuned
     python -m benchmarks.peers --peers rq,huey --workers 1,2 --json out.json
+    python -m benchmarks.peers --peers procrastinate,pgqueuer,django-tasks-db
 
 Each peer gets fresh private redis-servers (tools.servers): the measured one
-and the recorder its tasks report to. Every wait is bounded; a peer that
-does not keep up is reported as "k of N fired within T s".
+and the recorder its tasks report to; the PostgreSQL peers get a fresh
+database on one private PostgreSQL instead of the measured redis-server.
+Each run is a child process of its own (Django is set up once per process).
+Every wait is bounded; a peer that does not keep up is reported as "k of N
+fired within T s".
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -21,8 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.peers import PEERS
+from benchmarks.peers import PEERS, POSTGRES_PEERS
+from benchmarks.peers.child import LOG_LEVEL_ENV, run_peer_in_child
 from benchmarks.peers.report import markdown
+from tools.servers import PostgresServer
 
 FULL: dict[str, Any] = {
     "n_schedule": 20_000,
@@ -35,6 +42,9 @@ FULL: dict[str, Any] = {
     "time_limit_s": 30.0,
     "delay_s": 2.0,
 }
+# Every step of a run is bounded; this bounds a child that hangs regardless.
+CHILD_TIMEOUT_S = 1800.0
+
 QUICK: dict[str, Any] = {
     "n_schedule": 300,
     "light": (20.0, 1.0),
@@ -88,7 +98,8 @@ def _workers(text: str) -> list[int]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.peers",
-        description="Celery, RQ, Dramatiq and Huey delays on the same Redis.",
+        description="Celery, RQ, Dramatiq and Huey delays on the same Redis; "
+        "procrastinate, PgQueuer and django-tasks-db on the same PostgreSQL.",
     )
     parser.add_argument("--quick", action="store_true", help="small N (a CI smoke run)")
     parser.add_argument(
@@ -127,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(name)s %(message)s",
         stream=sys.stderr,
     )
-    from benchmarks.peers.runner import run_peer
-
+    if args.verbose:
+        os.environ[LOG_LEVEL_ENV] = "INFO"  # the children's logs too
     params = dict(QUICK if args.quick else FULL)
     for key in params:
         value = getattr(args, key, None)
@@ -137,27 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     modes = args.modes or (["defaults"] if args.quick else ["defaults", "tuned"])
     started = time.monotonic()
     results: list[dict[str, Any]] = []
-    for peer in args.peers:
-        for mode in modes:
-            for workers in args.workers:
-                print(f"running {peer} ({mode}, W={workers}) ...", file=sys.stderr)
-                log_dir = (
-                    args.log_dir / f"{peer}-{mode}-w{workers}" if args.log_dir else None
-                )
-                load_before = os.getloadavg()[0]
-                result = run_peer(
-                    peer,
-                    workers=workers,
-                    tuned=mode == "tuned",
-                    log_dir=log_dir,
-                    **params,
-                )
-                result["workers"] = workers
-                result["load_avg_1m"] = [
-                    round(load_before, 2),
-                    round(os.getloadavg()[0], 2),
-                ]
-                results.append(result)
+    stack = contextlib.ExitStack()
+    postgres_url = None
+    if set(args.peers) & set(POSTGRES_PEERS):
+        postgres_url = stack.enter_context(PostgresServer()).url
+    with stack:
+        _run_all(args, params, modes, postgres_url, results)
     took = time.monotonic() - started
     header = (
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs, "
@@ -176,6 +172,38 @@ def main(argv: list[str] | None = None) -> int:
         print(f"could not measure: {', '.join(broken)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _run_all(
+    args: argparse.Namespace,
+    params: dict[str, Any],
+    modes: list[str],
+    postgres_url: str | None,
+    results: list[dict[str, Any]],
+) -> None:
+    for peer in args.peers:
+        for mode in modes:
+            for workers in args.workers:
+                print(f"running {peer} ({mode}, W={workers}) ...", file=sys.stderr)
+                log_dir = (
+                    args.log_dir / f"{peer}-{mode}-w{workers}" if args.log_dir else None
+                )
+                load_before = os.getloadavg()[0]
+                result = run_peer_in_child(
+                    peer,
+                    timeout=CHILD_TIMEOUT_S,
+                    workers=workers,
+                    tuned=mode == "tuned",
+                    log_dir=log_dir,
+                    postgres_url=postgres_url,
+                    **params,
+                )
+                result["workers"] = workers
+                result["load_avg_1m"] = [
+                    round(load_before, 2),
+                    round(os.getloadavg()[0], 2),
+                ]
+                results.append(result)
 
 
 def measured(result: dict[str, Any]) -> bool:

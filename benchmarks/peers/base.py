@@ -10,6 +10,8 @@ from collections.abc import Sequence
 # Read by the peers' worker modules, in the worker processes.
 BROKER_URL_ENV = "DELAYQ_PEER_BROKER_URL"
 TUNED_ENV = "DELAYQ_PEER_TUNED"
+# Which Django peer benchmarks.peers.django_settings installs.
+DJANGO_APP_ENV = "DELAYQ_PEER_DJANGO_APP"
 
 # The one polling interval every tuned peer that polls gets, so the tuned
 # rows compare like with like: the raw redis-py baseline polls every 10 ms.
@@ -17,7 +19,7 @@ TUNED_POLL_S = 0.01
 
 
 def worker_broker_url() -> str:
-    """The measured Redis, as the harness gave it to a worker process."""
+    """The measured Redis (or database), as the harness gave it to a worker."""
     try:
         return os.environ[BROKER_URL_ENV]
     except KeyError:
@@ -40,6 +42,12 @@ class Peer(ABC):
     """One delay queue under test, seen from the client process."""
 
     name: str = ""
+    #: Where the peer keeps its tasks: "redis" (a fresh redis-server, whose
+    #: URL is ``broker_url``) or "postgres" (a fresh database, likewise).
+    store = "redis"
+    #: PostgreSQL peers: the tables that hold their tasks, which the harness
+    #: truncates between steps and whose size it measures.
+    tables: tuple[str, ...] = ()
     #: Tasks per bulk call, or 0 when the peer has no bulk API with delays.
     bulk_batch = 0
     #: What the bulk call is, for the report.

@@ -19,6 +19,24 @@ def _lateness(summary: dict[str, Any], keys: Sequence[str]) -> str:
     return values
 
 
+def _postgres(result: dict[str, Any]) -> bool:
+    return result.get("store") == "postgres"
+
+
+def _idle(result: dict[str, Any]) -> str:
+    """Redis commands per second; for a PostgreSQL peer, transactions."""
+    value = _num(result.get("idle_cmds_per_s"), 1)
+    return f"{value} xacts" if _postgres(result) and value != "n/a" else value
+
+
+def _bytes(result: dict[str, Any]) -> str:
+    """Redis bytes per task; for a PostgreSQL peer, its tables' bytes."""
+    if _postgres(result):
+        value = _num(result.get("db_bytes_per_task"))
+        return "n/a" if value == "n/a" else f"DB {value}"
+    return _num(result.get("redis_bytes_per_task"))
+
+
 def _mode(result: dict[str, Any]) -> str:
     config = result.get("config") or ""
     return config.split(":", 1)[0] if ":" in config else "?"
@@ -30,11 +48,13 @@ def markdown(results: Sequence[dict[str, Any]], header: str) -> str:
         header,
         "",
         "Lateness = task start - due time, ms, nearest-rank percentiles over the "
-        "tasks that fired (time.time() on this one machine).",
+        "tasks that fired (time.time() on this one machine). Peers on "
+        "PostgreSQL: idle = transactions/s (pg_stat_database), B/task = bytes "
+        "of the peer's tables and indexes per task (DB).",
         "",
         "| peer | mode | W | schedule/s (bulk) | light p50 / p90 / p99 / max "
         "| steady p50 / p90 / p99 / max | burst p50 / p99 / max | burst done/s "
-        "| idle cmds/s | Redis B/task |",
+        "| idle cmds/s (PG: xacts/s) | B/task (Redis; PG: DB) |",
         "|---|---|---:|---:|---|---|---|---:|---:|---:|",
     ]
     for r in results:
@@ -49,8 +69,7 @@ def markdown(results: Sequence[dict[str, Any]], header: str) -> str:
             f"| {_lateness(r['steady'], ('p50_ms', 'p90_ms', 'p99_ms', 'max_ms'))} "
             f"| {_lateness(burst, ('p50_ms', 'p99_ms', 'max_ms'))} "
             f"| {_num(burst.get('completed_per_s'))} "
-            f"| {_num(r.get('idle_cmds_per_s'), 1)} "
-            f"| {_num(r.get('redis_bytes_per_task'))} |"
+            f"| {_idle(r)} | {_bytes(r)} |"
         )
     lines.append("")
     for r in results:

@@ -1,17 +1,24 @@
-"""``run_peer``: one peer, on a fresh redis-server, every measurement.
+"""``run_peer``: one peer, on a fresh store, every measurement.
+
+The store is a fresh redis-server, or for the peers that keep their tasks in
+PostgreSQL a fresh database on the server given (or one started here); the
+tasks report to a redis-server of their own either way (the recorder).
 
 Order of a run, each step bounded in count and time:
 
 1. schedule throughput, single calls then the bulk API, with no worker
-   running (the client's cost alone), tasks due far in the future; FLUSHALL;
+   running (the client's cost alone), tasks due far in the future; then
+   the store is emptied (FLUSHALL, or TRUNCATE of the peer's tables);
 2. workers start, and one task through the whole path proves them ready;
-3. idle cost: INFO ``total_commands_processed`` over ``idle_seconds``;
+3. idle cost: INFO ``total_commands_processed`` (PostgreSQL: transactions
+   in ``pg_stat_database``) over ``idle_seconds``;
 4. light, steady and burst lateness, each under its own recorder key, so a
    straggler from one scenario never lands in the next; a scenario that
    left tasks unfired is followed by a restart on a flushed Redis;
-5. Redis memory: restart on a flushed Redis, then ``used_memory`` before and
-   after ``memory_n`` tasks due far in the future, once the peer has settled
-   them where they wait (its workers running, as in production).
+5. memory: restart on an empty store, then ``used_memory`` (PostgreSQL: the
+   peer's tables with indexes and TOAST) before and after ``memory_n`` tasks
+   due far in the future, once the peer has settled them where they wait
+   (its workers running, as in production).
 
 A failure becomes a line in ``errors`` and None values, never an exception.
 """
@@ -30,14 +37,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from benchmarks.peers import PEERS
 from benchmarks.peers.base import Peer
 from benchmarks.peers.recorder import Recorder
 from benchmarks.peers.session import Run
 from benchmarks.peers.stats import empty_summary
-from tools.servers import RedisServer
+from benchmarks.peers.stores import (
+    PostgresStore,
+    RedisStore,
+    Store,
+    create_database,
+    drop_database,
+)
+from tools.servers import PostgresServer, RedisServer
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +58,9 @@ _PEER_CLASSES = {
     "rq": "benchmarks.peers.rq_peer:RQPeer",
     "dramatiq": "benchmarks.peers.dramatiq_peer:DramatiqPeer",
     "huey": "benchmarks.peers.huey_peer:HueyPeer",
+    "procrastinate": "benchmarks.peers.procrastinate_peer:ProcrastinatePeer",
+    "pgqueuer": "benchmarks.peers.pgqueuer_peer:PgQueuerPeer",
+    "django-tasks-db": "benchmarks.peers.tasks_db_peer:TasksDBPeer",
 }
 
 
@@ -92,10 +107,6 @@ def redis_binary(env: Mapping[str, str] | str | None) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-def redis_version(client: redis.Redis) -> str:
-    return str(client.info("server")["redis_version"])
 
 
 @dataclass(frozen=True)
@@ -153,6 +164,7 @@ def run_peer(
     time_limit_s: float,
     delay_s: float = 2.0,
     log_dir: Path | None = None,
+    postgres_url: str | None = None,
 ) -> dict[str, Any]:
     """Measure one peer; return a JSON-serialisable dict (see the package doc).
 
@@ -162,6 +174,8 @@ def run_peer(
     picks the redis-server: environment variables to start it under (such
     as ``{"PATH": ...}``) or the path of the binary. Worker logs go to
     ``log_dir`` (a temporary directory, removed afterwards, if None).
+    A PostgreSQL peer gets a fresh database on the server whose (superuser)
+    ``postgres_url`` is given, or on a private server started for the run.
     """
     opts = Options(
         n_schedule=n_schedule, light=light, steady=steady, burst_n=burst_n,
@@ -181,10 +195,12 @@ def run_peer(
         "burst": {**empty_summary(burst_n), "completed_per_s": None},
         "idle_cmds_per_s": None,
         "redis_bytes_per_task": None,
+        "db_bytes_per_task": None,
+        "store": None,
         "errors": errors,
     }
     try:
-        _run(result, name, redis_binary_env, log_dir, opts)
+        _run(result, name, redis_binary_env, log_dir, postgres_url, opts)
     except Exception as exc:
         logger.exception("%s run failed", name)
         errors.append(f"{type(exc).__name__}: {exc}")
@@ -196,6 +212,7 @@ def _run(
     name: str,
     redis_binary_env: Mapping[str, str] | str | None,
     log_dir: Path | None,
+    postgres_url: str | None,
     opts: Options,
 ) -> None:
     errors: list[str] = result["errors"]
@@ -205,21 +222,20 @@ def _run(
             log_dir = Path(tempfile.mkdtemp(prefix=f"delayq-peer-{name}-"))
             stack.callback(shutil.rmtree, log_dir, ignore_errors=True)
         log_dir.mkdir(parents=True, exist_ok=True)
+        measured = _store(stack, peer_class, opts, redis_binary_env, postgres_url)
         with redis_binary(redis_binary_env):
-            measured_server = stack.enter_context(RedisServer())
             recorder_server = stack.enter_context(RedisServer())
-        measured = redis.Redis.from_url(measured_server.url)
-        stack.callback(measured.close)
         recorder = Recorder(recorder_server.url)
         stack.callback(recorder.close)
-        peer = peer_class(measured_server.url, tuned=opts.tuned)
+        peer = peer_class(measured.url, tuned=opts.tuned)
         stack.callback(peer.close)
         run = Run(
             peer, measured, recorder, opts.workers, opts.time_limit_s, log_dir, errors
         )
         stack.callback(run.stop_workers)
         mode = "tuned" if opts.tuned else "defaults"
-        result["version"] = f"{peer.version()}; Redis {redis_version(measured)}"
+        result["store"] = measured.kind
+        result["version"] = f"{peer.version()}; {measured.version()}"
         result["config"] = f"{mode}: {peer.config(opts.workers)}"
         if peer.bulk_batch:
             result["config"] += f"; bulk = {peer.bulk_label}"
@@ -259,6 +275,36 @@ def _run(
             else:
                 time.sleep(1.0)  # let the last acknowledgements land
         if _step(errors, "restart before memory", run.restart_clean):
-            result["redis_bytes_per_task"] = _attempt(
+            result[_BYTES_KEY[measured.kind]] = _attempt(
                 errors, "memory", lambda: run.memory_per_task(opts.memory_n), None
             )
+
+
+_BYTES_KEY = {"redis": "redis_bytes_per_task", "postgres": "db_bytes_per_task"}
+
+
+def _store(
+    stack: contextlib.ExitStack,
+    peer_class: type[Peer],
+    opts: Options,
+    redis_binary_env: Mapping[str, str] | str | None,
+    postgres_url: str | None,
+) -> Store:
+    """The measured store of the run: a fresh redis-server, or a fresh
+    database (on the given PostgreSQL, or a private one), closed on exit."""
+    store: Store
+    if peer_class.store == "redis":
+        with redis_binary(redis_binary_env):
+            server = stack.enter_context(RedisServer())
+        store = RedisStore(server.url)
+    else:
+        if postgres_url is None:
+            postgres_url = stack.enter_context(PostgresServer()).url
+        # One database per peer and mode: nothing left over from another run.
+        name = f"peer_{peer_class.name}_{'tuned' if opts.tuned else 'defaults'}"
+        name = name.replace("-", "_")
+        admin_url = postgres_url
+        stack.callback(drop_database, admin_url, name)
+        store = PostgresStore(create_database(admin_url, name), peer_class.tables)
+    stack.callback(store.close)
+    return store

@@ -11,12 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from benchmarks.peers.base import BROKER_URL_ENV, TUNED_ENV, Peer
 from benchmarks.peers.procs import Proc, stop_all
 from benchmarks.peers.recorder import RECORDER_URL_ENV, Recorder
 from benchmarks.peers.stats import completed_per_s, dedupe, summarise
+from benchmarks.peers.stores import Store
 
 # Far enough that nothing fires during a run, and under Celery's Redis
 # visibility_timeout (1 h), past which it would redeliver the task.
@@ -30,12 +29,12 @@ class PeerFailure(Exception):
 
 
 class Run:
-    """The state of one run_peer call: servers, peer client, workers."""
+    """The state of one run_peer call: store, peer client, workers."""
 
     def __init__(
         self,
         peer: Peer,
-        measured: redis.Redis,
+        measured: Store,
         recorder: Recorder,
         workers: int,
         time_limit_s: float,
@@ -102,29 +101,29 @@ class Run:
         self.procs = []
 
     def restart_clean(self) -> None:
-        """Fresh workers on an empty Redis: nothing left from before."""
+        """Fresh workers on an empty store: nothing left from before."""
         self.stop_workers()
-        self.measured.flushall()
+        self.measured.flush()
         self.start_workers()
 
     # -- measurements -----------------------------------------------------
 
     def schedule_rate(self, n: int) -> float:
         """Single calls per second, from one client, no worker running."""
-        self.measured.flushall()
+        self.measured.flush()
         due = time.time() + FAR_FUTURE_S
         self.peer.schedule("throughput", -1, due)  # connect, declare queues
         started = time.perf_counter()
         for index in range(n):
             self.peer.schedule("throughput", index, due)
         rate = n / (time.perf_counter() - started)
-        self.measured.flushall()
+        self.measured.flush()
         return round(rate, 1)
 
     def bulk_rate(self, n: int) -> float | None:
         if not self.peer.bulk_batch:
             return None
-        self.measured.flushall()
+        self.measured.flush()
         due = time.time() + FAR_FUTURE_S
         self.peer.bulk_schedule("throughput", [(-1, due)])
         batch = self.peer.bulk_batch
@@ -133,17 +132,18 @@ class Run:
             items = [(i, due) for i in range(first, min(n, first + batch))]
             self.peer.bulk_schedule("throughput", items)
         rate = n / (time.perf_counter() - started)
-        self.measured.flushall()
+        self.measured.flush()
         return round(rate, 1)
 
     def idle_commands(self, seconds: float) -> float:
-        """Commands per second the peer sends with nothing due."""
+        """Commands (Redis) or transactions (PostgreSQL) per second the peer
+        sends with nothing due."""
         time.sleep(min(SETTLE_S, seconds))
         self.check_alive()
-        before = int(self.measured.info("stats")["total_commands_processed"])
+        before = self.measured.operations()
         time.sleep(seconds)
-        after = int(self.measured.info("stats")["total_commands_processed"])
-        # Of ours, the first INFO is counted in the second one's figure.
+        after = self.measured.operations()
+        # Of ours, the first reading is counted in the second one's figure.
         return round((after - before - 1) / seconds, 2)
 
     def paced(
@@ -223,20 +223,18 @@ class Run:
         return round((after - before) / n, 1)
 
     def _settled_memory(self) -> int:
-        """``used_memory`` once it has held still for two seconds running
-        (workers may still be moving what was just scheduled)."""
+        """The store's used bytes once they have held still for two seconds
+        running (workers may still be moving what was just scheduled)."""
         deadline = time.monotonic() + max(READY_TIMEOUT_S, self.time_limit_s)
-        readings = [int(self.measured.info("memory")["used_memory"])]
+        readings = [self.measured.used_bytes()]
         while True:
             time.sleep(1.0)
-            readings.append(int(self.measured.info("memory")["used_memory"]))
+            readings.append(self.measured.used_bytes())
             last = readings[-3:]
             if len(last) == 3 and max(last) - min(last) <= max(
                 32 * 1024, last[-1] // 1000
             ):
                 return last[-1]
             if time.monotonic() > deadline:
-                self.errors.append(
-                    "memory: used_memory still moving; last reading used"
-                )
+                self.errors.append("memory: used bytes still moving; last reading used")
                 return last[-1]

@@ -1,0 +1,102 @@
+"""Run one :func:`run_peer` in a child process, and read its result.
+
+Django is configured once per process, and procrastinate and django-tasks-db
+each need it configured for a database of their own; the quick run of
+``python -m benchmarks`` also measures several peers at once, in threads. So
+the command lines run every peer (Redis ones too, for one code path) in a
+fresh interpreter::
+
+    python -m benchmarks.peers.child < '{"name": "rq", "kwargs": {...}}'
+
+which prints the result as JSON on its last stdout line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks.peers.procs import REPO_ROOT
+from benchmarks.peers.stats import empty_summary
+
+# The child's log level (WARNING unless set), as the parent's -v asks.
+LOG_LEVEL_ENV = "DELAYQ_PEER_LOG_LEVEL"
+
+
+def run_peer_in_child(name: str, *, timeout: float, **kwargs: Any) -> dict[str, Any]:
+    """:func:`benchmarks.peers.runner.run_peer` in a fresh interpreter.
+
+    A child that fails or overruns ``timeout`` seconds gives a result with
+    no figures and the reason in ``errors``, as run_peer itself would.
+    """
+    request = {
+        "name": name,
+        "kwargs": {
+            key: str(value) if isinstance(value, Path) else value
+            for key, value in kwargs.items()
+        },
+    }
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", __name__],
+            input=json.dumps(request),
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=timeout,
+            check=True,
+        )
+        lines = [line for line in done.stdout.splitlines() if line.strip()]
+        result: dict[str, Any] = json.loads(lines[-1])
+        return result
+    except (subprocess.SubprocessError, ValueError, IndexError) as exc:
+        return _failed(name, kwargs, f"child process: {type(exc).__name__}: {exc}")
+
+
+def _failed(name: str, kwargs: dict[str, Any], error: str) -> dict[str, Any]:
+    light, steady = kwargs.get("light", (1, 1)), kwargs.get("steady", (1, 1))
+    return {
+        "peer": name,
+        "version": None,
+        "config": None,
+        "schedule_per_s": None,
+        "bulk_schedule_per_s": None,
+        "light": empty_summary(max(1, round(light[0] * light[1]))),
+        "steady": empty_summary(max(1, round(steady[0] * steady[1]))),
+        "burst": {**empty_summary(kwargs.get("burst_n", 0)), "completed_per_s": None},
+        "idle_cmds_per_s": None,
+        "redis_bytes_per_task": None,
+        "db_bytes_per_task": None,
+        "store": None,
+        "errors": [error],
+    }
+
+
+def main() -> int:
+    logging.basicConfig(
+        level=os.environ.get(LOG_LEVEL_ENV, "WARNING"),
+        format="%(asctime)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+    from benchmarks.peers.runner import run_peer
+
+    request = json.loads(sys.stdin.read())
+    kwargs = dict(request["kwargs"])
+    for key in ("light", "steady"):
+        if key in kwargs:
+            kwargs[key] = tuple(kwargs[key])
+    if kwargs.get("log_dir") is not None:
+        kwargs["log_dir"] = Path(kwargs["log_dir"])
+    result = run_peer(request["name"], **kwargs)
+    # The last line is the result: the peers' clients may print before it.
+    sys.stdout.write("\n" + json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

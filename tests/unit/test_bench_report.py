@@ -1,0 +1,68 @@
+"""The benchmark reports' pure parts: the peers' table cells, and ratios."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.peers.report import markdown
+from benchmarks.peers.stats import empty_summary
+from benchmarks.report import _ratio
+
+
+def _result(**figures: Any) -> dict[str, Any]:
+    return {
+        "peer": "p",
+        "version": "p 1.0",
+        "config": "defaults: ...",
+        "workers": 1,
+        "schedule_per_s": 1000.0,
+        "bulk_schedule_per_s": None,
+        "light": empty_summary(10),
+        "steady": empty_summary(10),
+        "burst": {**empty_summary(10), "completed_per_s": None},
+        "idle_cmds_per_s": 2.0,
+        "redis_bytes_per_task": None,
+        "db_bytes_per_task": None,
+        "errors": [],
+        **figures,
+    }
+
+
+def _row(result: dict[str, Any]) -> list[str]:
+    line = markdown([result], "header").splitlines()[6]
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def test_a_redis_peer_shows_commands_and_redis_bytes():
+    cells = _row(_result(store="redis", redis_bytes_per_task=178.0))
+    assert cells[-2:] == ["2.0", "178"]
+
+
+def test_a_postgres_peer_shows_transactions_and_database_bytes():
+    cells = _row(_result(store="postgres", db_bytes_per_task=412.4))
+    assert cells[-2:] == ["2.0 xacts", "DB 412"]
+
+
+def test_a_postgres_peer_without_figures_shows_n_a():
+    cells = _row(_result(store="postgres", idle_cmds_per_s=None))
+    assert cells[-2:] == ["n/a", "n/a"]
+
+
+def test_a_result_from_before_stores_existed_reads_as_redis():
+    result = _result(redis_bytes_per_task=100.0)
+    del result["db_bytes_per_task"]
+    assert _row(result)[-2:] == ["2.0", "100"]
+
+
+def test_ratio_has_two_decimals():
+    assert _ratio(250.0, 2_500.0) == "0.10x"
+    assert _ratio(1_300.0, 2_500.0) == "0.52x"
+
+
+def test_a_ratio_below_a_hundredth_reads_as_a_fraction():
+    assert _ratio(277.0, 2_846_902.0) == "1/10,278"
+
+
+def test_ratio_without_a_figure_is_n_a():
+    assert _ratio(1.0, 0.0) == "n/a"
+    assert _ratio(0.0, 10.0) == "n/a"
