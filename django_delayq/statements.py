@@ -8,6 +8,11 @@ state changes.
 
 Values go through the fields' own ``get_db_prep_save()``, so a UUID, a
 datetime or a JSON value is stored exactly as the ORM would store it.
+
+On PostgreSQL the batch statements take their rows as arrays
+(``UPDATE ... FROM unnest(...)``): a fixed, short text whatever the batch
+size, which the driver converts once and caches, where a ``CASE`` with a
+branch per row was parsed anew on every call (an eighth of a worker's time).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from django.db import connections
 from django.db.models import Field
 
 from .models import DelayedTask
+from .payload import encode_json
 
 
 @functools.cache
@@ -75,9 +81,20 @@ def claim_due(
     :func:`can_return_rows` first.
     """
     connection = connections[using]
+    moment = prep("started_at", now, connection)
+    if connection.vendor == "postgresql":
+        sql = _cached(connection, ("claim",), lambda: _claim_sql_pg(connection))
+        pg_params = [
+            "running",
+            moment,
+            [prep("id", task_id, connection) for task_id, _ in claims],
+            [entry for _, entry in claims],
+            "scheduled",
+            moment,
+        ]
+        return list(DelayedTask.objects.using(using).raw(sql, pg_params))
     n = len(claims)
     sql = _cached(connection, ("claim", n), lambda: _claim_sql(connection, n))
-    moment = prep("started_at", now, connection)
     ids = [prep("id", task_id, connection) for task_id, _ in claims]
     params: list[Any] = ["running", moment]
     for task_id, entry_id in zip(ids, (entry for _, entry in claims), strict=True):
@@ -92,9 +109,7 @@ def _claim_sql(connection: Any, n: int) -> str:
         column(name, connection)
         for name in ("status", "attempts", "started_at", "claim_entry", "id", "run_at")
     )
-    returning = ", ".join(
-        column(f.name, connection) for f in DelayedTask._meta.concrete_fields
-    )
+    returning = _returning(connection)
     entries = " ".join(["WHEN %s THEN %s"] * n)
     placeholders = ", ".join(["%s"] * n)
     return (
@@ -103,6 +118,30 @@ def _claim_sql(connection: Any, n: int) -> str:
         f"{claim_entry} = CASE {pk} {entries} END "
         f"WHERE {pk} IN ({placeholders}) AND {status} = %s AND {run_at} <= %s "
         f"RETURNING {returning}"
+    )
+
+
+def _returning(connection: Any, alias: str = "") -> str:
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(
+        prefix + column(f.name, connection) for f in DelayedTask._meta.concrete_fields
+    )
+
+
+def _claim_sql_pg(connection: Any) -> str:
+    status, attempts, started_at, claim_entry, pk, run_at = (
+        column(name, connection)
+        for name in ("status", "attempts", "started_at", "claim_entry", "id", "run_at")
+    )
+    # Two entries may deliver one task: the row is updated once, with one of
+    # them, and the caller reads which from the returned claim_entry.
+    return (
+        f"UPDATE {_table(connection)} AS t SET {status} = %s, "
+        f"{attempts} = t.{attempts} + 1, {started_at} = %s, "
+        f"{claim_entry} = v.entry "
+        f"FROM unnest(%s::uuid[], %s::text[]) AS v(id, entry) "
+        f"WHERE t.{pk} = v.id AND t.{status} = %s AND t.{run_at} <= %s "
+        f"RETURNING {_returning(connection, 't')}"
     )
 
 
@@ -147,6 +186,8 @@ def succeed_many(
     were updated: fewer than given means some attempt was taken over.
     """
     connection = connections[using]
+    if connection.vendor == "postgresql":
+        return _succeed_many_pg(successes, now, connection)
     n = len(successes)
     with_results = any(result is not None for *_, result in successes)
     sql = _cached(
@@ -168,6 +209,44 @@ def succeed_many(
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)
+
+
+def _succeed_many_pg(
+    successes: Sequence[tuple[Any, int, str, Any, Any]], now: Any, connection: Any
+) -> int:
+    sql = _cached(connection, ("succeed",), lambda: _succeed_sql_pg(connection))
+    params = [
+        "succeeded",
+        now,
+        [task_id for task_id, *_ in successes],
+        [attempt for _, attempt, *_ in successes],
+        [claim_entry for _, _, claim_entry, *_ in successes],
+        [started for *_, started, _ in successes],
+        # As JSON text, cast back to jsonb by the statement; None is NULL.
+        [None if result is None else encode_json(result) for *_, result in successes],
+        "running",
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return int(cursor.rowcount)
+
+
+def _succeed_sql_pg(connection: Any) -> str:
+    pk, status, attempts, claim_entry = (
+        column(name, connection) for name in ("id", "status", "attempts", "claim_entry")
+    )
+    return (
+        f"UPDATE {_table(connection)} AS t SET {status} = %s, "
+        f"{column('finished_at', connection)} = %s, "
+        f"{column('started_at', connection)} = v.started, "
+        f"{column('result', connection)} = v.result::jsonb, "
+        f"{column('last_error', connection)} = '', "
+        f"{column('last_traceback', connection)} = '' "
+        f"FROM unnest(%s::uuid[], %s::integer[], %s::text[], %s::timestamptz[], "
+        f"%s::text[]) AS v(id, attempts, entry, started, result) "
+        f"WHERE t.{pk} = v.id AND t.{attempts} = v.attempts "
+        f"AND t.{claim_entry} = v.entry AND t.{status} = %s"
+    )
 
 
 def _succeed_sql(connection: Any, n: int, with_results: bool) -> str:

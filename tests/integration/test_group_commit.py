@@ -235,3 +235,16 @@ def test_group_size_one_commits_every_task_on_its_own(redis_client):
     statuses = [refresh(task).status for task in tasks]
     assert statuses == [Status.SUCCEEDED, Status.SCHEDULED, Status.SUCCEEDED]
     assert sorted(Order.objects.values_list("status", flat=True)) == ["a", "b"]
+
+
+def test_a_savepoint_is_made_only_for_tasks_that_run_sql(redis_client):
+    schedule_many(Call(add, args=[i, i]) for i in range(5))
+    schedule_many(Call(create_order, args=[f"o{i}"]) for i in range(3))
+    entries = _read_all(redis_client)
+    with CaptureQueriesContext(connection) as queries:
+        _batch(redis_client).handle(list(entries))
+    savepoints = [
+        q for q in queries.captured_queries if q["sql"].startswith("SAVEPOINT")
+    ]
+    assert len(savepoints) == 3  # one per task that wrote, none for add()
+    assert DelayedTask.objects.filter(status=Status.SUCCEEDED).count() == 8
