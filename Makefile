@@ -78,7 +78,7 @@ docs: ## Build the HTML docs, warnings as errors
 	$(LINT_BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 	@echo "docs: docs/_build/html/index.html"
 
-bench: ## Benchmarks against raw redis-py and the peers (about 30 min); writes docs/benchmarks.md
+bench: ## Benchmarks against raw redis-py and the peers (about an hour); writes docs/benchmarks.md
 	@$(BOOTSTRAP) bench
 	.venv/bench/bin/python -m benchmarks
 
