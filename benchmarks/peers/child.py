@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.peers.procs import REPO_ROOT
-from benchmarks.peers.stats import empty_summary
+from benchmarks.peers.stats import empty_result
 
 # The child's log level (WARNING unless set), as the parent's -v asks.
 LOG_LEVEL_ENV = "DELAYQ_PEER_LOG_LEVEL"
@@ -60,21 +60,7 @@ def run_peer_in_child(name: str, *, timeout: float, **kwargs: Any) -> dict[str, 
 
 def _failed(name: str, kwargs: dict[str, Any], error: str) -> dict[str, Any]:
     light, steady = kwargs.get("light", (1, 1)), kwargs.get("steady", (1, 1))
-    return {
-        "peer": name,
-        "version": None,
-        "config": None,
-        "schedule_per_s": None,
-        "bulk_schedule_per_s": None,
-        "light": empty_summary(max(1, round(light[0] * light[1]))),
-        "steady": empty_summary(max(1, round(steady[0] * steady[1]))),
-        "burst": {**empty_summary(kwargs.get("burst_n", 0)), "completed_per_s": None},
-        "idle_cmds_per_s": None,
-        "redis_bytes_per_task": None,
-        "db_bytes_per_task": None,
-        "store": None,
-        "errors": [error],
-    }
+    return empty_result(name, light, steady, kwargs.get("burst_n", 0), [error])
 
 
 def main() -> int:

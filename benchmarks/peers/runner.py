@@ -41,7 +41,7 @@ from benchmarks.peers import PEERS
 from benchmarks.peers.base import Peer
 from benchmarks.peers.recorder import Recorder
 from benchmarks.peers.session import Run
-from benchmarks.peers.stats import empty_summary
+from benchmarks.peers.stats import empty_result
 from benchmarks.peers.stores import (
     PostgresStore,
     RedisStore,
@@ -184,21 +184,7 @@ def run_peer(
         time_limit_s=time_limit_s, delay_s=delay_s,
     )  # fmt: skip
     errors: list[str] = []
-    result: dict[str, Any] = {
-        "peer": name,
-        "version": None,
-        "config": None,
-        "schedule_per_s": None,
-        "bulk_schedule_per_s": None,
-        "light": empty_summary(max(1, round(light[0] * light[1]))),
-        "steady": empty_summary(max(1, round(steady[0] * steady[1]))),
-        "burst": {**empty_summary(burst_n), "completed_per_s": None},
-        "idle_cmds_per_s": None,
-        "redis_bytes_per_task": None,
-        "db_bytes_per_task": None,
-        "store": None,
-        "errors": errors,
-    }
+    result = empty_result(name, light, steady, burst_n, errors)
     try:
         _run(result, name, redis_binary_env, log_dir, postgres_url, opts)
     except Exception as exc:

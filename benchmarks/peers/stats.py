@@ -104,3 +104,28 @@ def parse_sample(raw: bytes | str) -> Sample:
     text = raw.decode() if isinstance(raw, bytes) else raw
     index, due, started = text.split()
     return Sample(int(index), float(due), float(started))
+
+
+def empty_result(
+    name: str,
+    light: tuple[float, float],
+    steady: tuple[float, float],
+    burst_n: int,
+    errors: list[str],
+) -> dict[str, Any]:
+    """A peer's result before (or instead of) any measurement."""
+    return {
+        "peer": name,
+        "version": None,
+        "config": None,
+        "schedule_per_s": None,
+        "bulk_schedule_per_s": None,
+        "light": empty_summary(max(1, round(light[0] * light[1]))),
+        "steady": empty_summary(max(1, round(steady[0] * steady[1]))),
+        "burst": {**empty_summary(burst_n), "completed_per_s": None},
+        "idle_cmds_per_s": None,
+        "redis_bytes_per_task": None,
+        "db_bytes_per_task": None,
+        "store": None,
+        "errors": errors,
+    }
