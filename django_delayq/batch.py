@@ -32,7 +32,7 @@ from .execution import Disposition, Outcome, execute, start, unknown_task, write
 from .group_commit import Pacer, run_group
 from .models import DelayedTask
 from .store import streams
-from .time_limits import Watchdog
+from .time_limits import Abandoned, Watchdog
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,18 @@ class Batch:
 
     def handle(self, pending: list[streams.Entry]) -> BatchCounts:
         counts = BatchCounts()
+        try:
+            self._handle(pending, counts)
+        except Abandoned:
+            # The worker gave up on this thread (a task stuck past its time
+            # limit) and handed back what it held. The rest stays pending:
+            # it is reclaimed after the visibility timeout, and its rows
+            # decide.
+            self.release(list(pending))
+            pending.clear()
+        return counts
+
+    def _handle(self, pending: list[streams.Entry], counts: BatchCounts) -> None:
         for entry in [e for e in pending if e.task_id is None]:
             malformed = Outcome(Disposition.DEAD, "not a task id entry")
             self._settle(pending, entry, malformed)
@@ -99,6 +111,7 @@ class Batch:
         # Whatever was not claimed in one go, one by one.
         for entry in list(pending):
             assert entry.task_id is not None
+            self.watchdog.check_not_abandoned()
             outcome = execute(
                 entry.task_id,
                 entry_id=entry.entry_id.decode(),
@@ -109,7 +122,6 @@ class Batch:
             counts.processed += 1
             if self._settle(pending, entry, outcome):
                 counts.dead_lettered += 1
-        return counts
 
     def _claim(self, pending: list[streams.Entry]) -> list[_Claimed]:
         """Claim the due tasks of fresh deliveries, in one statement."""
@@ -142,6 +154,7 @@ class Batch:
     ) -> list[_Claimed]:
         """Run the first claimed task alone, or a group from the front;
         return what is still to run."""
+        self.watchdog.check_not_abandoned()
         group = []
         for item in claimed:
             if item.task is None or not self.pacer.groupable(item.row, item.task):

@@ -181,6 +181,9 @@ def run_group(
                 if index and time.monotonic() - began >= pacer.budget:
                     result.left = list(rows[index:])
                     break
+                # A task that was stuck past its limit returned after all:
+                # what this thread held was handed back; keep none of it.
+                watchdog.check_not_abandoned()
                 ran.append((row, registered))
                 claimed[row.pk] = _Snapshot.of(row)
                 success = _run_one(row, registered, savepoints, pacer, watchdog)
@@ -305,6 +308,14 @@ class _Savepoints:
         except BaseException:
             self._roll_back(sid)
             raise
+        else:
+            # Its callbacks run after the group's commit, among its
+            # neighbours': made robust, one that raises is logged (by Django)
+            # and the others still run, as with transactions of their own.
+            connection.run_on_commit = [
+                (sids, func, robust or sid in sids)
+                for (sids, func, robust) in connection.run_on_commit
+            ]
         finally:
             self.sid = None
             connection.savepoint_ids.pop()

@@ -64,8 +64,12 @@ def _cached(connection: Any, key: tuple[Any, ...], build: Callable[[], str]) -> 
 
 
 def can_return_rows(using: str) -> bool:
-    """Whether the database returns rows from an UPDATE (not SQLite < 3.35)."""
-    return bool(connections[using].features.can_return_columns_from_insert)
+    """Whether the database returns rows from an UPDATE: PostgreSQL, and
+    SQLite from 3.35 (MariaDB returns them from an INSERT only)."""
+    connection = connections[using]
+    return connection.vendor in ("postgresql", "sqlite") and bool(
+        connection.features.can_return_columns_from_insert
+    )
 
 
 def claim_due(

@@ -275,6 +275,20 @@ class Sweeper:
     ) -> None:
         """A running row whose worker and stream entry are both gone."""
         db = self.db
+        if transitions.claimed_in_batch(row):
+            # Claimed in a batch whose worker is gone: nothing says it ever
+            # started, so it goes back uncounted (see transitions).
+            with transaction.atomic(using=db):
+                handed = transitions.hand_back([row], db)
+                index_after_commit(handed, OutboxEntry.Action.RESCHEDULE, db)
+            if handed:
+                result.recovered += 1
+                logger.warning(
+                    "sweep: task %s was claimed in a batch whose worker is gone "
+                    "(no stream entry left); scheduled again, uncounted",
+                    row.pk,
+                )
+            return
         error = (
             f"worker lost during attempt {row.attempts} of {row.max_attempts} "
             f"(no stream entry left)"

@@ -64,6 +64,8 @@ class Watchdog:
         self._running: dict[int, Running] = {}
         #: thread -> task id -> claimed row not finished yet
         self._held: dict[int, dict[object, DelayedTask]] = {}
+        #: threads whose stuck task the worker gave up on
+        self._abandoned: set[int] = set()
 
     def hold(self, rows: Iterable[DelayedTask]) -> None:
         """Note rows the calling thread has claimed."""
@@ -114,11 +116,22 @@ class Watchdog:
                         if pk != running.row.pk
                     ]
                     stuck.append(Stuck(ident, running.row, running.limit, held))
+                    self._abandoned.add(ident)
         return stuck
+
+    def check_not_abandoned(self) -> None:
+        """Raise :class:`Abandoned` in a thread the worker gave up on."""
+        if self._abandoned and threading.get_ident() in self._abandoned:
+            raise Abandoned("this thread's tasks were handed back")
 
     def any_limits(self) -> bool:
         with self._lock:
             return any(r.limit is not None for r in self._running.values())
+
+
+class Abandoned(Exception):
+    """Raised in a thread the worker gave up on, should its task ever return:
+    what it held was handed back, so it must run nothing more."""
 
 
 #: Used where no worker enforces limits (a task run from a test, say).

@@ -15,6 +15,7 @@ idle.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -111,7 +112,7 @@ class Worker:
             )
         self.pacer = Pacer(budget=group_budget, max_size=group_size)
         self.max_tasks = max_tasks
-        self._taken = 0  # entries handed to threads, for max_tasks
+        self._taken = 0  # entries handed to threads (or reserved), for max_tasks
         self._taken_lock = threading.Lock()
         if visibility_timeout is not None and not visibility_timeout > 0:
             raise ValueError(
@@ -272,7 +273,13 @@ class Worker:
                 except DatabaseError as exc:
                     # Keep what is left (heartbeated) and try it first once
                     # the database answers, instead of waiting for a reclaim.
-                    self._in_flight.retry_first(pending)
+                    # Some of it may be claimed already: marked as reclaimed,
+                    # it takes the one-row path that takes a claim over, and
+                    # a stop leaves it pending rather than requeuing it as a
+                    # new entry (which the claimed row would not know).
+                    self._in_flight.retry_first(
+                        [dataclasses.replace(e, reclaimed=True) for e in pending]
+                    )
                     failures += 1
                     self._pause(consumer, exc, failures)
                 except Exception as exc:
@@ -312,38 +319,43 @@ class Worker:
         As many as the next group can take; a read that brings more leaves
         the rest in the backlog, for whichever thread is free first.
         """
-        size = self._quota(self.pacer.size())
+        size = self._reserve(self.pacer.size())
         if not size:
-            self.stop()
+            self.stop()  # max_tasks reached
             return []
-        taken = self._in_flight.take(size)
-        if taken:
-            return self._count_taken(taken)
-        entries = self._reclaim(client, consumer)
-        if not entries:
-            entries = streams.read(
-                client,
-                consumer,
-                self.streams,
-                count=max(self.prefetch, size),
-                block_ms=None if once else READ_BLOCK_MS,
-            )
-        self._in_flight.hold(entries, consumer)
-        self._in_flight.wait(entries[size:])
-        return self._count_taken(entries[:size])
+        entries: list[streams.Entry] = []
+        try:
+            entries = self._in_flight.take(size)
+            if not entries:
+                read = self._reclaim(client, consumer)
+                if not read:
+                    read = streams.read(
+                        client,
+                        consumer,
+                        self.streams,
+                        count=max(self.prefetch, size),
+                        block_ms=None if once else READ_BLOCK_MS,
+                    )
+                self._in_flight.hold(read, consumer)
+                self._in_flight.wait(read[size:])
+                entries = read[:size]
+            return entries
+        finally:
+            self._unreserve(size - len(entries))
 
-    def _quota(self, size: int) -> int:
-        """``size``, or fewer if ``max_tasks`` leaves less to take."""
+    def _reserve(self, size: int) -> int:
+        """Take up to ``size`` of what ``max_tasks`` leaves; how much."""
         if self.max_tasks is None:
             return size
         with self._taken_lock:
-            return max(0, min(size, self.max_tasks - self._taken))
+            granted = max(0, min(size, self.max_tasks - self._taken))
+            self._taken += granted
+            return granted
 
-    def _count_taken(self, entries: list[streams.Entry]) -> list[streams.Entry]:
-        if self.max_tasks is not None:
+    def _unreserve(self, unused: int) -> None:
+        if self.max_tasks is not None and unused > 0:
             with self._taken_lock:
-                self._taken += len(entries)
-        return entries
+                self._taken -= unused
 
     def _reclaim(self, client: redis.Redis, consumer: str) -> list[streams.Entry]:
         """Now and then, take over entries whose worker stopped heartbeating.

@@ -26,6 +26,7 @@ from tests.testapp.tasks import (
     create_order_non_atomic,
     create_order_or_raise,
     notes_on_commit,
+    raises_on_commit,
     slow_order,
     swallows_db_error,
 )
@@ -248,3 +249,15 @@ def test_a_savepoint_is_made_only_for_tasks_that_run_sql(redis_client):
     ]
     assert len(savepoints) == 3  # one per task that wrote, none for add()
     assert DelayedTask.objects.filter(status=Status.SUCCEEDED).count() == 8
+
+
+def test_a_callback_that_raises_does_not_cost_a_neighbour_its_callbacks(
+    redis_client,
+):
+    committed_keys.clear()
+    schedule(raises_on_commit, args=["broken"])
+    schedule(notes_on_commit, args=["kept"])
+    _batch(redis_client).handle(_read_all(redis_client))
+    assert committed_keys == ["kept"]
+    assert DelayedTask.objects.filter(status=Status.SUCCEEDED).count() == 2
+    assert Order.objects.filter(status="broken").exists()

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from django_delayq import cancel, schedule
+from django_delayq import cancel, schedule, transitions
 from django_delayq.dispatcher import Dispatcher
 from django_delayq.models import DelayedTask, OutboxEntry, Status
 from django_delayq.signals import task_failed
@@ -114,6 +114,23 @@ def test_a_stuck_task_out_of_attempts_is_failed(redis_client):
     row = DelayedTask.objects.get(pk=task.pk)
     assert row.status == Status.FAILED
     assert "worker lost during attempt 1 of 1" in row.last_error
+
+
+def test_a_task_stuck_in_a_lost_batch_goes_back_without_losing_an_attempt(
+    redis_client,
+):
+    tasks = [schedule(add, args=[i, i], max_attempts=1) for i in range(2)]
+    redis_client.flushall()  # the entries are gone with their worker
+    claimed = transitions.claim_due(
+        [(t.pk, f"{n}-0") for n, t in enumerate(tasks)], timezone.now(), "default"
+    )
+    assert len(claimed) == 2  # in one batch: nothing says which ever started
+    later = timezone.now() + datetime.timedelta(seconds=301)
+    assert sweep(now=later).recovered == 2
+    for task in tasks:
+        row = DelayedTask.objects.get(pk=task.pk)
+        assert (row.status, row.attempts) == (Status.SCHEDULED, 0)
+    assert set(due_members(redis_client)) == {t.pk for t in tasks}
 
 
 def test_a_running_task_whose_entry_is_pending_is_left_to_the_workers(
