@@ -17,7 +17,8 @@ MATRIX ?= py311-dj52 py312-dj6
 PYTEST_ARGS ?=
 # Lint, type checks and docs run once, in the newest leg.
 LINT_LEG ?= $(lastword $(MATRIX))
-# The fault-injection scenarios (tests/faults) run once, in the last leg.
+# The fault-injection scenarios (tests/faults) and the worker-process tests
+# run once, in the last leg.
 FAULTS_LEG ?= $(lastword $(MATRIX))
 # So do the browser tests (tests/browser, headless Chromium).
 BROWSER_LEG ?= $(lastword $(MATRIX))

@@ -153,7 +153,7 @@ def _end_to_end(results: dict[str, Any]) -> list[str]:
         "run by a `delayq_dispatch` and W `delayq_worker` processes with T "
         "threads each (`--concurrency`) and the default `--prefetch` 4 unless "
         "the row says otherwise. Lateness = the row's `started_at - run_at` "
-        "(ms), when a worker claimed it; "
+        "(ms), when the task's function began; "
         "done/s = tasks finished / (last finish - first due). Light and steady "
         f"loads: medians of {results['plan']['repeats']} runs; bursts: one run.",
         "",

@@ -4,9 +4,10 @@
 #   tools/run_tests.sh [--dbs "sqlite postgres"] [--faults LEG] [--browser LEG]
 #                      [LEG ...]
 #
-# The legs run everything but the fault-injection scenarios (tests/faults),
-# which are slow and do not depend on the Python or Django version: with
-# --faults LEG they run once, after the legs, in LEG, against each database.
+# The legs run everything but the fault-injection scenarios (tests/faults)
+# and the process-supervision tests (PROCESS_TESTS), which are slow and do
+# not depend on the Python or Django version: with --faults LEG they run
+# once, after the legs, in LEG, against each database.
 # Likewise the browser tests (tests/browser: the example shop and the admin
 # in headless Chromium, on the example's own SQLite file): with --browser LEG
 # they run once, last, in LEG, and leave their screenshots in
@@ -27,6 +28,11 @@ set -uo pipefail
 cd "$(dirname "$(realpath "$0")")/.." || exit 2
 
 dbs="sqlite postgres"
+# Worker processes under a supervisor, killed, stuck and recycled.
+PROCESS_TESTS=(
+    tests/acceptance/test_worker_processes.py
+    tests/acceptance/test_time_limit_processes.py
+)
 faults_leg=""
 browser_leg=""
 legs=()
@@ -100,14 +106,14 @@ run_pytest() {
 for leg in "${legs[@]}"; do
     for db in $dbs; do
         run_pytest "$leg" "$db" "$leg" --ignore=tests/faults --ignore=tests/browser \
-            "${pytest_args[@]}"
+            "${PROCESS_TESTS[@]/#/--ignore=}" "${pytest_args[@]}"
     done
 done
 
 if [[ -n $faults_leg ]]; then
     for db in $dbs; do
         run_pytest "$faults_leg" "$db" "faults-$faults_leg" tests/faults \
-            "${pytest_args[@]}"
+            "${PROCESS_TESTS[@]}" "${pytest_args[@]}"
     done
 fi
 
