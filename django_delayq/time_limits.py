@@ -124,10 +124,6 @@ class Watchdog:
         if self._abandoned and threading.get_ident() in self._abandoned:
             raise Abandoned("this thread's tasks were handed back")
 
-    def any_limits(self) -> bool:
-        with self._lock:
-            return any(r.limit is not None for r in self._running.values())
-
 
 class Abandoned(Exception):
     """Raised in a thread the worker gave up on, should its task ever return:
