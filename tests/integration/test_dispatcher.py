@@ -118,7 +118,7 @@ def test_a_stopped_dispatchers_shards_are_taken_over(redis_client, running):
 def test_a_dispatcher_whose_lease_was_taken_moves_nothing(redis_client):
     dispatcher = Dispatcher(queues=["default"], lease_ttl=30.0)
     client = redis.Redis(connection_pool=redis_client.connection_pool)
-    dispatcher._keep_leases(client)
+    dispatcher.leases.keep(client)
     [shard] = dispatcher.shards
     assert shard.owned
     # Another dispatcher now holds the lease (ours expired while we paused).

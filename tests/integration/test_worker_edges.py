@@ -89,8 +89,8 @@ def test_dispatchers_of_different_queue_sets_drain_every_shard(redis_client):
     orders = Dispatcher(queues=["orders"], lease_ttl=1.0)
     client = redis_client
     for _ in range(4):  # a few lease checks each, interleaved
-        both._keep_leases(client)
-        orders._keep_leases(client)
+        both.leases.keep(client)
+        orders.leases.keep(client)
     owned = {s.label for d in (both, orders) for s in d.shards if s.owned}
     assert owned == {"default:0"} | {f"orders:{n}" for n in range(4)}
 

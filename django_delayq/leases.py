@@ -1,0 +1,165 @@
+"""Which shards a dispatcher moves: leases shared out between dispatchers.
+
+Each shard has one lease key (``SET NX PX`` in ``lease.lua``, renewed by its
+owner, fenced by the owner's token inside ``move.lua``), so only one
+dispatcher moves a shard's due ids at a time. Dispatchers serving the same
+queues count each other through a heartbeat sorted set (``members.lua``)
+and each takes a fair share of the shards; a dead dispatcher's shards are
+taken over once its leases expire.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import redis
+
+from .store import scripts
+from .store.keys import ShardKeys
+
+if TYPE_CHECKING:
+    from .dispatcher import DispatchStats
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Shard:
+    """One shard as a dispatcher sees it."""
+
+    keys: ShardKeys
+    owned: bool = False
+    #: consecutive lease checks that found the shard without an owner
+    unowned_checks: int = 0
+    #: monotonic time at which the shard's earliest task is due; None if the
+    #: due-set is empty (or the shard is not owned).
+    due_at: float | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.keys.queue}:{self.keys.shard}"
+
+
+class Leases:
+    """The shard leases of one dispatcher.
+
+    :param token: the dispatcher's unique name, written in the leases it holds.
+    :param members_key: the heartbeat set of the dispatchers of these queues.
+    :param ttl: seconds a lease lives without renewal.
+    """
+
+    def __init__(
+        self,
+        shards: Sequence[Shard],
+        *,
+        token: str,
+        members_key: str,
+        ttl: float,
+        stats: DispatchStats,
+    ) -> None:
+        self.shards = shards
+        self.token = token
+        self.members_key = members_key
+        self.ttl = ttl
+        self.stats = stats
+        self._checks = 0
+        self._alive = 1
+        self._lease = scripts.load("lease")
+        self._release = scripts.load("release")
+        self._members = scripts.load("members")
+
+    def keep(self, client: redis.Redis) -> bool:
+        """Renew owned leases, take free shards up to a fair share, hand back
+        extras; True if the set of owned shards changed.
+
+        Runs every half lease TTL, which leaves half a TTL of margin for a
+        slow renewal. A shard found without an owner on two checks in a row
+        is taken whatever the fair share says: the live count can lag behind
+        a dispatcher's death, and an unowned shard is never drained.
+        """
+        ttl_ms = int(self.ttl * 1000)
+        self._checks += 1
+        if self._checks % 2 == 1:
+            # The membership heartbeat goes every other check (it lives for
+            # four): it only balances shards, so it may lag a little, and an
+            # idle dispatcher spends fewer Redis commands.
+            self._alive = int(
+                self._members(
+                    client,
+                    (self.members_key,),
+                    (self.token, 2 * ttl_ms, "1" if self._checks % 10 == 1 else "0"),
+                )
+            )
+        fair = math.ceil(len(self.shards) / max(self._alive, 1))
+        changed = self._renew(client, ttl_ms)
+        owned = sum(s.owned for s in self.shards)
+        taken_now = set()
+        for shard in self.shards:
+            if shard.owned:
+                continue
+            if owned >= fair:
+                orphaned = not client.exists(shard.keys.lease)
+                shard.unowned_checks = shard.unowned_checks + 1 if orphaned else 0
+                if shard.unowned_checks < 2:
+                    continue
+            if self._lease(client, (shard.keys.lease,), (self.token, ttl_ms)) == 1:
+                shard.unowned_checks = 0
+                shard.owned = True
+                taken_now.add(shard.label)
+                shard.due_at = time.monotonic()  # drain it now
+                owned += 1
+                changed = True
+                self.stats.leases_taken += 1
+                logger.info("dispatcher %s took shard %s", self.token, shard.label)
+        for shard in reversed(self.shards):
+            if owned <= fair:
+                break
+            if taken_now:
+                # Shards were orphaned: the live count may still include a
+                # dead dispatcher. Balance again once things settle.
+                break
+            if shard.owned and owned > fair:
+                self._release(client, (shard.keys.lease,), (self.token,))
+                shard.owned = False
+                shard.due_at = None
+                owned -= 1
+                changed = True
+                logger.info("dispatcher %s handed back %s", self.token, shard.label)
+        return changed
+
+    def _renew(self, client: redis.Redis, ttl_ms: int) -> bool:
+        """Renew every owned lease in one round trip; True if one was lost."""
+        owned = [s for s in self.shards if s.owned]
+        if not owned:
+            return False
+        pipe = client.pipeline(transaction=False)
+        for shard in owned:
+            self._lease.queue(pipe, (shard.keys.lease,), (self.token, ttl_ms))
+        renewed = scripts.execute_pipeline(client, pipe, [self._lease])
+        lost = False
+        for shard, outcome in zip(owned, renewed, strict=True):
+            if outcome == 0:
+                self.lose(shard)
+                lost = True
+        return lost
+
+    def lose(self, shard: Shard) -> None:
+        """Another dispatcher holds ``shard`` now."""
+        shard.owned = False
+        shard.due_at = None
+        self.stats.leases_lost += 1
+        logger.warning("dispatcher %s lost the lease of %s", self.token, shard.label)
+
+    def release_all(self, client: redis.Redis) -> None:
+        """Hand every lease back and leave the membership set (a graceful
+        stop: the other dispatchers take the shards over at once)."""
+        for shard in self.shards:
+            if shard.owned:
+                self._release(client, (shard.keys.lease,), (self.token,))
+                shard.owned = False
+        client.zrem(self.members_key, self.token)

@@ -1,0 +1,112 @@
+"""Waking a sleeping dispatcher when a task becomes its shard's new head.
+
+``schedule()`` pushes to the shard's wake list (in the same script as its
+``ZADD``) when the new task is due before every other one. A dispatcher's
+:class:`WakeListener` thread blocks on the wake lists of the shards it owns
+with a long server-side timeout, and wakes the main loop as soon as one is
+pushed: idle, it costs one command per block, and a new earliest task is
+moved on time instead of after the loop's longest sleep.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Sequence
+
+import redis
+
+from .leases import Shard
+from .store.connection import BLOCK_SECONDS, get_client
+from .timing import retry_pause
+
+logger = logging.getLogger(__name__)
+
+
+class WakeListener:
+    """Blocks on the owned shards' wake lists; sets ``wake`` on a push.
+
+    :param wake: set when a shard was woken (and by :meth:`nudge`).
+    :param stopping: the dispatcher's stop event; the listener ends with it.
+    :param idle_wait: how long to wait for a lease while the dispatcher owns
+        no shard.
+    """
+
+    def __init__(
+        self,
+        shards: Sequence[Shard],
+        *,
+        wake: threading.Event,
+        stopping: threading.Event,
+        idle_wait: float,
+    ) -> None:
+        self.shards = shards
+        self.wake = wake
+        self.stopping = stopping
+        self.idle_wait = idle_wait
+        self._leases_changed = threading.Event()
+        #: the wake lists the thread is blocked on right now
+        self._listening: list[str] = []
+        #: wake lists pushed, handed to the main loop under a lock (the main
+        #: loop alone writes ``Shard.due_at``)
+        self._woken: set[str] = set()
+        self._woken_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._listen, name="delayq-dispatch-wake", daemon=True
+        )
+        self._thread.start()
+
+    def woken(self) -> set[str]:
+        """The wake lists pushed since the last call."""
+        with self._woken_lock:
+            woken, self._woken = self._woken, set()
+        return woken
+
+    def nudge(self, client: redis.Redis) -> None:
+        """Make the thread re-read the owned shards (or see that we stop).
+
+        A push to one of the wake lists it blocks on returns its BLPOP now;
+        the cost is one extra drain of that shard.
+        """
+        self._leases_changed.set()
+        listening = self._listening
+        if self._thread is not None and listening:
+            client.lpush(listening[0], "1")
+
+    def join(self) -> None:
+        """Wait for the thread to end, after ``stopping`` and a nudge."""
+        if self._thread is not None:
+            self._thread.join(timeout=BLOCK_SECONDS + 5)
+
+    def _listen(self) -> None:
+        client = get_client("blocking")
+        failures = 0
+        while not self.stopping.is_set():
+            self._leases_changed.clear()
+            by_key = {s.keys.wake: s for s in self.shards if s.owned}
+            if not by_key:
+                self._leases_changed.wait(self.idle_wait)
+                continue
+            self._listening = list(by_key)
+            try:
+                popped = client.blpop(self._listening, timeout=math.ceil(BLOCK_SECONDS))
+                if popped:
+                    key = popped[0]
+                    name = key.decode() if isinstance(key, bytes) else key
+                    if by_key[name].owned:
+                        with self._woken_lock:
+                            self._woken.add(name)
+                        self.wake.set()
+                    else:
+                        # Handed back while we were blocked: the wake-up is
+                        # for the shard's new owner, so put it back.
+                        client.lpush(name, "1")
+                failures = 0
+            except redis.RedisError as exc:
+                failures += 1
+                logger.debug("dispatcher listener: %s", exc)
+                self.stopping.wait(retry_pause(failures))
