@@ -4,7 +4,12 @@
 process a :class:`Supervisor`. It runs no tasks and opens no connection: it
 forks the worker processes, replaces those that die or are recycled, and
 turns SIGTERM into a graceful stop of every child, forced after a grace
-period.
+period. When a child dies, a short-lived rescue process hands back at once
+what it held (:mod:`django_delayq.rescue`), using the board the child kept
+of the tasks it was running (:mod:`django_delayq.board`). The same board
+lets the supervisor enforce time limits where a child cannot: a task that
+holds the GIL in C code starves the child's own watchdog, so the supervisor
+kills a child whose task runs far past its deadline.
 
 Start method: ``fork``, after closing every database and Redis connection
 the command process holds. A forked child starts in milliseconds with the
@@ -27,6 +32,7 @@ import multiprocessing
 import os
 import signal
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -34,7 +40,11 @@ from multiprocessing.context import ForkProcess
 
 from django.db import connections
 
+from .board import Board
+from .rescue import NOBODY, Blame, rescue_main
 from .store import connection as redis_connection
+from .stuck import GIVE_UP_TIMEOUT
+from .time_limits import DEFAULT_GRACE, time_limit_error
 from .worker import Worker
 from .worker_process import STOP_SIGNALS, Recycling, child_main
 
@@ -47,6 +57,15 @@ MAX_RESTART_DELAY = 30.0
 
 #: A child that ran this long before dying starts the back-off afresh.
 STABLE_AFTER = 60.0
+
+#: How often the supervisor reads its children's deadlines.
+LIMITS_INTERVAL = 1.0
+
+#: How long past its deadline a task may run before the supervisor kills its
+#: process. The child's own watchdog interrupts it at the deadline and, if
+#: that fails, settles it and exits within its grace period and the time it
+#: allows for that; this is for a child whose watchdog could not run at all.
+HARD_LIMIT_MARGIN = DEFAULT_GRACE + GIVE_UP_TIMEOUT + 5.0
 
 
 @dataclass
@@ -65,7 +84,12 @@ class _Child:
     slot: int
     process: ForkProcess
     reports: Connection
+    board: Board
     started: float
+    #: (task, deadline) seen past the hard limit at the last reading
+    overdue: set[tuple[uuid.UUID, float]] = field(default_factory=set)
+    #: the tasks it was killed for, with the error to record
+    culprits: dict[uuid.UUID, str] = field(default_factory=dict)
 
 
 class Supervisor:
@@ -91,12 +115,17 @@ class Supervisor:
         self.totals = Totals()
         self._context = multiprocessing.get_context("fork")
         self._children: dict[int, _Child] = {}  # sentinel -> child
+        #: sentinel -> a rescue process, and the pid of the child it rescues
+        self._rescues: dict[int, tuple[ForkProcess, int]] = {}
+        #: the grace period ran out and the children were killed
+        self._forced = False
         #: slot -> when to start the child replacing one that died
         self._restarts: dict[int, float] = {}
         #: slot -> how many of its children died in a row, for the back-off
         self._failures: dict[int, int] = {}
         self._stopping = False
         self._deadline: float | None = None
+        self._next_limits = 0.0
         # A signal handler cannot interrupt wait() (PEP 475 retries it), so
         # stop() also writes to this pipe, which wait() watches.
         self._wake_read, self._wake_write = os.pipe()
@@ -119,7 +148,11 @@ class Supervisor:
             ", ".join(str(c.process.pid) for c in self._children.values()),
         )
         try:
-            while self._children or (self._restarts and not self._stopping):
+            while (
+                self._children
+                or self._rescues
+                or (self._restarts and not self._stopping)
+            ):
                 self._step()
         finally:
             os.close(self._wake_read)
@@ -160,34 +193,50 @@ class Supervisor:
             self._signal_all(signal.SIGTERM)
         if self._deadline is not None and now >= self._deadline:
             # The grace period is over: what the children still run is
-            # abandoned. Their rows stay running and their stream entries
-            # pending, so other workers take them over after the visibility
-            # timeout.
+            # abandoned, rolled back, and handed back (see _exited).
             self._deadline = math.inf
             self.totals.killed = [c.process.pid or 0 for c in self._children.values()]
+            self._forced = True
             self.kill()
         for slot, due in list(self._restarts.items()):
             if not self._stopping and now >= due:
                 del self._restarts[slot]
                 self._start(slot, replacing=True)
+        if now >= self._next_limits:
+            self._enforce_limits(now)
+            self._next_limits = now + LIMITS_INTERVAL
         wake_ups = [] if self._stopping else list(self._restarts.values())
+        if self._children:
+            wake_ups.append(self._next_limits)
         if self._deadline is not None and self._deadline < math.inf:
             wake_ups.append(self._deadline)
         timeout = max(min(wake_ups) - now, 0.0) if wake_ups else None
-        ready = wait([self._wake_read, *self._children], timeout)
+        ready = wait([self._wake_read, *self._children, *self._rescues], timeout)
         for sentinel in ready:
             if sentinel == self._wake_read:
                 os.read(self._wake_read, 512)
             elif isinstance(sentinel, int) and sentinel in self._children:
                 self._exited(self._children.pop(sentinel))
+            elif isinstance(sentinel, int) and sentinel in self._rescues:
+                self._rescued(*self._rescues.pop(sentinel))
 
     def _start(self, slot: int, *, replacing: bool = False) -> None:
         reports, child_end = self._context.Pipe(duplex=False)
+        board = Board()
         process = self._context.Process(
             target=child_main,
-            args=(self.make_worker, self.recycling, child_end, os.getpid()),
+            args=(self.make_worker, self.recycling, child_end, os.getpid(), board),
             name=f"delayq-worker-{slot}",
         )
+        self._fork(process)
+        child_end.close()  # the child holds its own copy
+        self._children[process.sentinel] = _Child(
+            slot, process, reports, board, time.monotonic()
+        )
+        if replacing:
+            logger.info("delayq_worker: started worker process %d", process.pid)
+
+    def _fork(self, process: ForkProcess) -> None:
         # Until the child has its own handlers, a SIGTERM would run the
         # supervisor's (inherited) handler in it and be lost: hold the
         # signals over the fork; the child takes them once it is ready.
@@ -196,18 +245,15 @@ class Supervisor:
             process.start()
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-        child_end.close()  # the child holds its own copy
-        self._children[process.sentinel] = _Child(
-            slot, process, reports, time.monotonic()
-        )
-        if replacing:
-            logger.info("delayq_worker: started worker process %d", process.pid)
 
     def _exited(self, child: _Child) -> None:
         child.process.join()
         code = child.process.exitcode
         report = _read_report(child.reports)
         child.reports.close()
+        if code != 0:
+            self._rescue(child, code)
+        child.board.close()
         for name in ("processed", "dead_lettered", "reclaimed"):
             setattr(self.totals, name, getattr(self.totals, name) + report.get(name, 0))
         pid = child.process.pid
@@ -240,6 +286,71 @@ class Supervisor:
             delay,
         )
         self._restarts[child.slot] = time.monotonic() + delay
+
+    def _enforce_limits(self, now: float) -> None:
+        """Kill a child whose task runs far past its time limit (see
+        :data:`HARD_LIMIT_MARGIN`); its rescue charges that task."""
+        for child in self._children.values():
+            if child.culprits:
+                continue  # killed already
+            overdue = {
+                (task.task_id, task.deadline): task.limit
+                for task in child.board.running()
+                if now > task.deadline + HARD_LIMIT_MARGIN
+            }
+            # Two readings a second apart must agree: see board.py.
+            confirmed = {k: v for k, v in overdue.items() if k in child.overdue}
+            child.overdue = set(overdue)
+            if not confirmed:
+                continue
+            child.culprits = {
+                task_id: f"{time_limit_error(limit)}, and could not be interrupted"
+                for (task_id, _), limit in confirmed.items()
+            }
+            logger.critical(
+                "delayq_worker: worker process %d has run task %s more than %g s "
+                "past its time limit and does not respond (a task holding the "
+                "GIL in C code?); killing it",
+                child.process.pid,
+                ", ".join(map(str, child.culprits)),
+                HARD_LIMIT_MARGIN,
+            )
+            with contextlib.suppress(OSError):  # it has just exited
+                os.kill(child.process.pid or 0, signal.SIGKILL)
+
+    def _rescue(self, child: _Child, code: int | None) -> None:
+        """Hand back at once what a child that died held, in a process of
+        its own: the supervisor itself never talks to Redis or the database
+        (see the module docstring)."""
+        if child.culprits:
+            blame = Blame(running=False, culprits=child.culprits)
+        elif self._forced:
+            blame = NOBODY  # killed by us to end a stop: no task took it down
+        else:
+            blame = Blame()
+        process = self._context.Process(
+            target=rescue_main,
+            args=(
+                self.make_worker,
+                child.board.read(),
+                child.process.pid,
+                blame,
+                _describe(code),
+            ),
+            name="delayq-rescue",
+        )
+        self._fork(process)
+        self._rescues[process.sentinel] = (process, child.process.pid or 0)
+
+    def _rescued(self, process: ForkProcess, pid: int) -> None:
+        process.join()
+        if process.exitcode != 0:
+            logger.error(
+                "delayq_worker: the rescue of worker process %d's tasks %s; "
+                "other workers take them over after the visibility timeout",
+                pid,
+                _describe(process.exitcode),
+            )
 
     def _signal_all(self, signum: int) -> None:
         # A copy: kill() also runs from a signal handler, between two steps

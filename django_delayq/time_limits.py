@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from .board import Board
 from .exceptions import TimeLimitExceeded
 from .models import DelayedTask
 
@@ -60,6 +61,9 @@ class Watchdog:
 
     def __init__(self, grace: float = DEFAULT_GRACE) -> None:
         self.grace = grace
+        #: where a supervised worker process shows what it runs (see
+        #: :mod:`django_delayq.board`); None when nobody watches
+        self.board: Board | None = None
         self._lock = threading.Lock()
         self._running: dict[int, Running] = {}
         #: thread -> task id -> claimed row not finished yet
@@ -90,6 +94,9 @@ class Watchdog:
         deadline = time.monotonic() + limit if limit is not None else float("inf")
         with self._lock:
             self._running[ident] = Running(row, limit, deadline)
+        board = self.board
+        if board is not None:
+            board.started(row.pk, deadline, limit)
         try:
             yield
         finally:
@@ -97,6 +104,8 @@ class Watchdog:
             # function has returned and this thread has left the block.
             with self._lock:
                 del self._running[ident]
+            if board is not None:
+                board.finished()
 
     def check(self) -> list[Stuck]:
         """Interrupt the tasks past their limit; return those stuck."""
@@ -117,6 +126,10 @@ class Watchdog:
                     ]
                     stuck.append(Stuck(ident, running.row, running.limit, held))
                     self._abandoned.add(ident)
+                    if self.board is not None:
+                        # Settled by the worker (see stuck.py): not for the
+                        # supervisor to enforce again.
+                        self.board.finished(ident)
         return stuck
 
     def check_not_abandoned(self) -> None:

@@ -30,6 +30,7 @@ from django.db import DatabaseError, connections
 
 from . import registry
 from .batch import Batch
+from .board import Board
 from .conf import get_settings
 from .dbconn import recycle_connections
 from .exceptions import WorkerStuck
@@ -187,6 +188,12 @@ class Worker:
     def stop(self) -> None:
         """Finish the tasks in flight, read nothing new, return from run()."""
         self._stopping.set()
+
+    def report_to(self, board: Board) -> None:
+        """Show a supervisor what this worker runs, for when it dies
+        (see :mod:`django_delayq.board`)."""
+        board.announce(self.name)
+        self.watchdog.board = board
 
     def _watch(self, client: redis.Redis, threads: list[threading.Thread]) -> int:
         """Heartbeat and enforce time limits until the threads end; return

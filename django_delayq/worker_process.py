@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from types import FrameType
 
+from .board import Board
 from .exceptions import WorkerStuck
 from .worker import Worker, WorkerStats
 
@@ -46,10 +47,12 @@ def child_main(
     recycling: Recycling,
     reports: Connection,
     supervisor: int,
+    board: Board,
 ) -> None:
     """Run one worker; report its counts and why it stopped; exit 0."""
     _die_with(supervisor)
     worker = make_worker()
+    worker.report_to(board)
     # The worker counts what it takes, so that a batch does not run past
     # the limit; the watcher only says why it stopped.
     worker.max_tasks = recycling.max_tasks

@@ -106,6 +106,53 @@ def reclaim(
     return entries, cursor
 
 
+def take_over(
+    client: redis.Redis, stream: str, prefix: str, consumer: str
+) -> list[Entry]:
+    """Move every entry pending for the consumers named ``prefix...`` (a
+    dead worker's threads) to ``consumer``, and delete those consumers.
+
+    Returns the entries still in the stream, with their fields.
+    """
+    try:
+        info: Any = client.xinfo_consumers(stream, GROUP)
+    except redis.ResponseError as exc:
+        if "NOGROUP" not in str(exc) and "no such key" not in str(exc):
+            raise
+        return []  # Redis lost the stream: the sweeper re-indexes the rows
+    entries: list[Entry] = []
+    for each in info:
+        name = each["name"]
+        name = name.decode() if isinstance(name, bytes) else name
+        if not name.startswith(prefix):
+            continue
+        seen: set[bytes] = set()
+        while True:
+            pending: Any = client.xpending_range(
+                stream, GROUP, "-", "+", 1000, consumername=name
+            )
+            fresh = [p for p in pending if p["message_id"] not in seen]
+            if not fresh:
+                break
+            ids = [p["message_id"] for p in fresh]
+            seen.update(ids)
+            # Only if still as idle as listed: an entry a live worker took
+            # over meanwhile (its idle time restarted) stays that worker's.
+            idle = min(p["time_since_delivered"] for p in fresh)
+            claimed: Any = client.xclaim(stream, GROUP, consumer, idle, ids)
+            entries.extend(
+                Entry(stream, entry_id, dict(fields), reclaimed=True)
+                for entry_id, fields in claimed
+                # An entry deleted meanwhile comes back empty (Redis 7 also
+                # drops it from the pending list).
+                if fields
+            )
+        # What it still lists is deleted entries only (older Redis keeps
+        # them pending): deleting the consumer drops them too.
+        client.xgroup_delconsumer(stream, GROUP, name)
+    return entries
+
+
 def heartbeat(client: redis.Redis, in_flight: dict[str, dict[bytes, str]]) -> None:
     """Reset the idle time of in-flight entries so no live worker's task is
     reclaimed. ``in_flight`` maps stream -> entry id -> owning consumer."""

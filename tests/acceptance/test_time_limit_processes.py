@@ -12,7 +12,7 @@ from django_delayq import cancel, schedule
 from django_delayq.models import DelayedTask, Status
 from tests.acceptance.processes import Processes, wait_for
 from tests.testapp.models import Order
-from tests.testapp.tasks import blocks, create_order
+from tests.testapp.tasks import blocks, create_order, holds_the_gil
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
 
@@ -78,3 +78,39 @@ def test_a_supervisor_replaces_a_child_stuck_in_a_task(
     row = DelayedTask.objects.get(pk=stuck.pk)
     assert (row.status, row.attempts) == (Status.SCHEDULED, 1)
     assert cancel(stuck)
+
+
+def test_a_supervisor_kills_a_child_whose_task_holds_the_gil_past_its_limit(
+    processes: Processes, redis_client: redis.Redis
+) -> None:
+    """The task blocks in C code without releasing the GIL: the child's own
+    watchdog never runs, so its supervisor kills it, and the task (out of
+    attempts) fails with the time limit error. Its neighbour runs."""
+    hog = schedule(holds_the_gil, args=[300])
+    processes.start("delayq_dispatch")
+    _ready(redis_client, 1)
+    # A grace period makes a supervisor even of one worker process.
+    supervisor = processes.start(
+        "delayq_worker", "--processes", "1", "--grace-period", "10"
+    )
+    wait_for(
+        lambda: DelayedTask.objects.get(pk=hog.pk).status == Status.FAILED,
+        60,
+        "the task failed",
+    )
+    row = DelayedTask.objects.get(pk=hog.pk)
+    assert (row.attempts, row.last_error) == (
+        1,
+        "TimeLimitExceeded: the task ran longer than its time limit of 0.5 s, "
+        "and could not be interrupted",
+    )
+    log = processes.log(supervisor)
+    assert f"has run task {hog.pk} more than 20 s past its time limit" in log
+    assert re.search(r"worker process \d+ was killed by SIGKILL after", log)
+
+    neighbour = schedule(create_order, args=["after"])
+    wait_for(
+        lambda: DelayedTask.objects.get(pk=neighbour.pk).status == Status.SUCCEEDED,
+        30,
+        "the replacement ran the next task",
+    )

@@ -4,22 +4,26 @@ them gracefully, and leaves no orphan behind."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import signal
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import redis
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
 from django_delayq import schedule
 from django_delayq.models import DelayedTask, Status
+from django_delayq.store.keys import shard_keys
 from tests.acceptance.processes import ROOT, Processes, wait_for
 from tests.testapp.models import Ledger
-from tests.testapp.tasks import record
+from tests.testapp.tasks import kills_its_process, record
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
@@ -51,6 +55,10 @@ def alive(pid: int) -> bool:
 
 def parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+
+
+def ready_stream(row: DelayedTask) -> str:
+    return shard_keys("delayq", row.queue, row.shard).ready
 
 
 def succeeded() -> int:
@@ -138,10 +146,50 @@ def test_the_grace_period_ends_a_graceful_stop_with_sigkill(
     assert not any(alive(pid) for pid in pids)
     log = processes.log(supervisor)
     assert "still running after the grace period of 1 s" in log
-    # Abandoned: rolled back, and left for another worker to take over.
+    # Abandoned: rolled back, and handed back at once without costing the
+    # task an attempt (it was stopped, it did not fail).
     assert not Ledger.objects.filter(key="too-slow").exists()
     row = DelayedTask.objects.get(pk=task.pk)
-    assert (row.status, row.attempts) == (Status.RUNNING, 1)
+    assert (row.status, row.attempts) == (Status.SCHEDULED, 0)
+    assert "handed back 1 claimed task(s) uncounted" in log
+    assert not redis_client.xpending(ready_stream(row), "workers")["pending"]
+
+
+def test_a_task_that_kills_its_process_costs_its_neighbours_nothing(
+    processes: Processes, redis_client: redis.Redis
+) -> None:
+    """The process dies inside a group: the supervisor charges the task it
+    was running an attempt and hands the others back uncounted, at once
+    (the visibility timeout is 300 s here)."""
+    processes.start("delayq_dispatch")
+    # A grace period makes a supervisor even of one worker process.
+    supervisor = processes.start(
+        "delayq_worker", "--processes", "1", "--grace-period", "10"
+    )
+    children(processes, supervisor)
+    eta = timezone.now() + datetime.timedelta(seconds=1)
+    neighbours = [schedule(record, args=[f"n-{i}"], eta=eta) for i in range(8)]
+    culprit = schedule(kills_its_process, args=["boom"], eta=eta)
+
+    wait_for(lambda: succeeded() == len(neighbours), 40, "the neighbours ran")
+    wait_for(
+        lambda: DelayedTask.objects.get(pk=culprit.pk).status == Status.FAILED,
+        40,
+        "the culprit failed after its two attempts",
+    )
+    rows = DelayedTask.objects.filter(pk__in=[t.pk for t in neighbours])
+    assert {(r.status, r.attempts) for r in rows} == {(Status.SUCCEEDED, 1)}
+    runs = Counter(Ledger.objects.values_list("key", flat=True))
+    assert runs == {f"n-{i}": 1 for i in range(8)}
+    row = DelayedTask.objects.get(pk=culprit.pk)
+    assert row.attempts == 2
+    assert row.last_error == (
+        "worker lost during attempt 2 of 2: its process exited with status 1 "
+        "while running this task"
+    )
+    log = processes.log(supervisor)
+    assert log.count("exited with status 1 after") == 2
+    assert f"charged task {culprit.pk}, which was running, an attempt" in log
 
 
 def test_a_second_sigterm_kills_the_children_at_once(

@@ -193,6 +193,15 @@ def gated_record(key: str, gate: str) -> str:
     return key
 
 
+@task(queue="orders", max_attempts=2)
+def kills_its_process(key: str) -> None:
+    """Ends its worker process outright, as a crash in C code or the kernel's
+    out-of-memory killer would: no exception, no cleanup."""
+    import os
+
+    os._exit(1)
+
+
 @task(time_limit=0.3, max_attempts=2)
 def spins(status: str) -> None:
     """Writes an order, then loops in Python until its time limit stops it:
@@ -204,6 +213,15 @@ def spins(status: str) -> None:
     Order.objects.create(status=status)
     while True:
         time.sleep(0.01)
+
+
+@task(time_limit=0.5, max_attempts=1)
+def holds_the_gil(seconds: int) -> None:
+    """Blocks in C code *holding the GIL*, as a regular expression that
+    backtracks without end does: not even the worker's watchdog thread runs."""
+    import ctypes
+
+    ctypes.PyDLL(None).sleep(seconds)
 
 
 @task(time_limit=0.5, max_attempts=2)

@@ -95,6 +95,6 @@ class Command(BaseCommand):
             assert supervised is not None
             raise CommandError(
                 f"killed {len(killed)} worker process(es) still running "
-                f"after the grace period of {supervised.grace_period:g} s; their "
-                f"tasks are taken over after the visibility timeout."
+                f"after the grace period of {supervised.grace_period:g} s; the "
+                f"tasks they were running were rolled back and handed back."
             )
