@@ -10,13 +10,15 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from django_delayq import cancel, schedule, transitions
+from django_delayq import cancel, reschedule, schedule, transitions
+from django_delayq import sweeper as sweeper_module
 from django_delayq.dispatcher import Dispatcher
 from django_delayq.models import DelayedTask, OutboxEntry, Status
 from django_delayq.signals import task_failed
 from django_delayq.store import connection, streams
 from django_delayq.store.keys import shard_keys
 from django_delayq.sweeper import Sweeper
+from django_delayq.worker import Worker
 from tests.helpers import claim, due_members, expected_score
 from tests.testapp.tasks import add, order_cancel
 
@@ -36,6 +38,67 @@ def test_tasks_redis_lost_are_indexed_again(redis_client):
     expected = {t.pk: expected_score(t) for t in [*tasks, overdue]}
     assert due_members(redis_client) == expected
     assert sweep().reindexed == 0  # idempotent
+
+
+def test_lost_tasks_go_back_oldest_first_and_the_pass_line_says_so(redis_client):
+    now = timezone.now()
+    tasks = [
+        schedule(add, args=[i, i], eta=now - datetime.timedelta(minutes=m))
+        for i, m in enumerate([1, 30, 5])
+    ]
+    redis_client.flushall()
+    result = sweep()
+    assert result.reindexed == 3
+    oldest = min(t.run_at for t in tasks)
+    assert str(result).endswith(
+        f"(the oldest reindexed task was due at "
+        f"{oldest.isoformat(sep=' ', timespec='milliseconds')})"
+    )
+    assert str(result).startswith("replayed 0, reindexed 3, removed 0, corrected 0")
+
+
+def _between_the_reads(monkeypatch, change) -> None:
+    """Run ``change`` after the sweeper read the rows, before it reads Redis:
+    what a worker or a user may do at that moment."""
+    real = sweeper_module.inspect.due_scores
+    done: list[bool] = []
+
+    def due_scores(*args, **kwargs):
+        if not done:
+            done.append(True)
+            change()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sweeper_module.inspect, "due_scores", due_scores)
+
+
+def test_a_task_that_ran_to_its_end_between_the_reads_is_no_repair(
+    redis_client, monkeypatch
+):
+    """The dispatcher moved it and a worker finished it after the sweeper
+    read its row: gone from Redis, yet never lost."""
+    task = schedule(add, args=[1, 1])
+
+    def ran() -> None:
+        Dispatcher().run(once=True)
+        Worker().run(once=True)
+
+    _between_the_reads(monkeypatch, ran)
+    result = sweep()
+    assert (result.reindexed, result.corrected) == (0, 0)
+    assert DelayedTask.objects.get(pk=task.pk).status == Status.SUCCEEDED
+    assert due_members(redis_client) == {}
+
+
+def test_a_task_rescheduled_between_the_reads_keeps_its_new_time(
+    redis_client, monkeypatch
+):
+    task = schedule(add, args=[1, 1], delay=60)
+    _between_the_reads(monkeypatch, lambda: reschedule(task, delay=600))
+    result = sweep()
+    assert (result.reindexed, result.corrected) == (0, 0)
+    task.refresh_from_db()
+    assert due_members(redis_client) == {task.pk: expected_score(task)}
 
 
 def test_a_task_already_in_its_ready_stream_is_not_added_again(redis_client):
