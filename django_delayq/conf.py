@@ -29,6 +29,7 @@ DEFAULT_QUEUE = "default"
 DEFAULTS: dict[str, Any] = {
     "REDIS_URL": None,
     "CACHE_ALIAS": None,
+    "REDIS_SENTINEL": None,
     "KEY_PREFIX": "delayq",
     "QUEUES": {},
     "MAX_PAYLOAD_BYTES": 64 * 1024,
@@ -50,6 +51,20 @@ _QUEUE_KEYS = {"shards"}
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _KEY_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
+_CONNECTION_KEYS = ("REDIS_URL", "CACHE_ALIAS", "REDIS_SENTINEL")
+#: REDIS_SENTINEL's keys, with their defaults (None: required)
+_SENTINEL_KEYS: dict[str, Any] = {
+    "SERVICE": None,
+    "NODES": None,
+    "DB": 0,
+    "PASSWORD": None,
+    "SENTINEL_PASSWORD": None,
+    "SSL": False,
+}
+_SENTINEL_EXAMPLE = (
+    '"REDIS_SENTINEL": {"SERVICE": "mymaster", "NODES": ["10.0.0.1:26379", '
+    '"10.0.0.2:26379", "10.0.0.3:26379"]}'
+)
 _MAX_SHARDS = 1024
 
 
@@ -70,6 +85,18 @@ class QueueSettings:
 
 
 @dataclass(frozen=True)
+class SentinelSettings:
+    """``DELAYQ["REDIS_SENTINEL"]``: a primary found through Redis Sentinel."""
+
+    service: str
+    nodes: tuple[tuple[str, int], ...]
+    db: int = 0
+    password: str | None = None
+    sentinel_password: str | None = None
+    ssl: bool = False
+
+
+@dataclass(frozen=True)
 class Settings:
     """The parsed ``DELAYQ`` setting."""
 
@@ -87,6 +114,7 @@ class Settings:
     retain_succeeded: float
     retain_failed: float
     time_limit: float | None = None
+    sentinel: SentinelSettings | None = None
 
     def queue(self, name: str) -> QueueSettings:
         """Return the settings of queue ``name`` or raise :class:`UnknownQueue`."""
@@ -165,16 +193,21 @@ def _unknown_keys(raw: Mapping[Any, Any]) -> list[Problem]:
 
 def _connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:
     url, alias = raw.get("REDIS_URL"), raw.get("CACHE_ALIAS")
-    if (url is None) == (alias is None):
-        state = "both are set" if url is not None else "neither is set"
+    given = [key for key in _CONNECTION_KEYS if raw.get(key) is not None]
+    if len(given) != 1:
+        state = f"{' and '.join(given)} are set" if given else "none is set"
         return [
             Problem(
                 "delayq.E002",
-                f'DELAYQ needs exactly one of "REDIS_URL" and "CACHE_ALIAS"; {state}.',
-                'Set "REDIS_URL": "redis://host:6379/0", or "CACHE_ALIAS" '
-                "naming a django-redis cache in CACHES.",
+                f'DELAYQ needs exactly one of "REDIS_URL", "CACHE_ALIAS" and '
+                f'"REDIS_SENTINEL"; {state}.',
+                'Set "REDIS_URL": "redis://host:6379/0", "CACHE_ALIAS" naming a '
+                'django-redis cache in CACHES, or "REDIS_SENTINEL" (a dict with '
+                '"SERVICE" and "NODES").',
             )
         ]
+    if given == ["REDIS_SENTINEL"]:
+        return _sentinel_problems(raw["REDIS_SENTINEL"])
     if url is not None:
         scheme = urlsplit(url).scheme if isinstance(url, str) else None
         if scheme not in _REDIS_SCHEMES:
@@ -209,6 +242,95 @@ def _connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:
             )
         ]
     return []
+
+
+def _sentinel_problems(value: Any) -> list[Problem]:
+    def problem(msg: str, hint: str = f"For example {_SENTINEL_EXAMPLE}.") -> Problem:
+        return Problem("delayq.E012", msg, hint)
+
+    if not isinstance(value, Mapping):
+        return [
+            problem(
+                f'DELAYQ["REDIS_SENTINEL"] must be a dict, not {type(value).__name__}.'
+            )
+        ]
+    problems = []
+    unknown = sorted(str(key) for key in value if key not in _SENTINEL_KEYS)
+    if unknown:
+        problems.append(
+            problem(
+                f'DELAYQ["REDIS_SENTINEL"] has unknown key(s) {unknown}.',
+                f"Known keys: {', '.join(_SENTINEL_KEYS)}.",
+            )
+        )
+    service = value.get("SERVICE")
+    if not isinstance(service, str) or not service:
+        problems.append(
+            problem(
+                f'DELAYQ["REDIS_SENTINEL"]["SERVICE"] must be the name the '
+                f"sentinels monitor the primary under; got {service!r}.",
+                'For example "SERVICE": "mymaster" (the name in "sentinel '
+                'monitor mymaster ..." of sentinel.conf).',
+            )
+        )
+    nodes = value.get("NODES")
+    if (
+        not isinstance(nodes, list | tuple)
+        or not nodes
+        or any(_sentinel_node(node) is None for node in nodes)
+    ):
+        problems.append(
+            problem(
+                f'DELAYQ["REDIS_SENTINEL"]["NODES"] must be a non-empty list of '
+                f'"host:port" strings (or (host, port) pairs); got {nodes!r}.',
+                'For example "NODES": ["10.0.0.1:26379", "10.0.0.2:26379", '
+                '"10.0.0.3:26379"].',
+            )
+        )
+    db = value.get("DB", 0)
+    if not _is_int(db) or db < 0:
+        problems.append(
+            problem(
+                f'DELAYQ["REDIS_SENTINEL"]["DB"] must be a database number, 0 or '
+                f"more; got {db!r}.",
+                'Remove it to use database 0, or set e.g. "DB": 1.',
+            )
+        )
+    for key in ("PASSWORD", "SENTINEL_PASSWORD"):
+        secret = value.get(key)
+        if secret is not None and not isinstance(secret, str):
+            problems.append(
+                problem(
+                    f'DELAYQ["REDIS_SENTINEL"]["{key}"] must be a string or None; '
+                    f"got a {type(secret).__name__}.",
+                    "Passwords are strings; remove the key if there is none.",
+                )
+            )
+    ssl = value.get("SSL", False)
+    if not isinstance(ssl, bool):
+        problems.append(
+            problem(
+                f'DELAYQ["REDIS_SENTINEL"]["SSL"] must be True or False; got {ssl!r}.',
+                '"SSL": True connects to the sentinels and the primary over TLS.',
+            )
+        )
+    return problems
+
+
+def _sentinel_node(node: Any) -> tuple[str, int] | None:
+    """``"host:port"`` or ``(host, port)`` as a pair, or None if malformed."""
+    if isinstance(node, str):
+        host, sep, port_text = node.rpartition(":")
+        if not sep or not port_text.isdigit():
+            return None
+        host, port = host.strip("[]"), int(port_text)  # [::1]:26379
+    elif isinstance(node, list | tuple) and len(node) == 2:
+        host, port = node
+    else:
+        return None
+    if not isinstance(host, str) or not host or not _is_int(port):
+        return None
+    return (host, port) if 0 < port < 65536 else None
 
 
 def _queue_problems(queues: Any) -> list[Problem]:
@@ -315,9 +437,25 @@ def parse(raw: Any) -> Settings:
     queues = {DEFAULT_QUEUE: QueueSettings(DEFAULT_QUEUE, 1)}
     for name, options in values["QUEUES"].items():
         queues[name] = QueueSettings(name, options.get("shards", 1))
+    sentinel = None
+    if values["REDIS_SENTINEL"] is not None:
+        options = {**_SENTINEL_KEYS, **values["REDIS_SENTINEL"]}
+        sentinel = SentinelSettings(
+            service=options["SERVICE"],
+            nodes=tuple(
+                node
+                for node in map(_sentinel_node, options["NODES"])
+                if node is not None
+            ),
+            db=options["DB"],
+            password=options["PASSWORD"],
+            sentinel_password=options["SENTINEL_PASSWORD"],
+            ssl=options["SSL"],
+        )
     return Settings(
         redis_url=values["REDIS_URL"],
         cache_alias=values["CACHE_ALIAS"],
+        sentinel=sentinel,
         key_prefix=values["KEY_PREFIX"],
         queues=queues,
         max_payload_bytes=values["MAX_PAYLOAD_BYTES"],

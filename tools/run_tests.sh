@@ -7,7 +7,9 @@
 # The legs run everything but the fault-injection scenarios (tests/faults)
 # and the process-supervision tests (PROCESS_TESTS), which are slow and do
 # not depend on the Python or Django version: with --faults LEG they run
-# once, after the legs, in LEG, against each database.
+# once, after the legs, in LEG: the fault scenarios against each database,
+# the process tests against the last one only (they exercise processes and
+# signals, not the database).
 # Likewise the browser tests (tests/browser: the example shop and the admin
 # in headless Chromium, on the example's own SQLite file): with --browser LEG
 # they run once, last, in LEG, and leave their screenshots in
@@ -111,9 +113,12 @@ for leg in "${legs[@]}"; do
 done
 
 if [[ -n $faults_leg ]]; then
+    last_db=${dbs##* }
     for db in $dbs; do
+        process_tests=()
+        [[ $db == "$last_db" ]] && process_tests=("${PROCESS_TESTS[@]}")
         run_pytest "$faults_leg" "$db" "faults-$faults_leg" tests/faults \
-            "${PROCESS_TESTS[@]}" "${pytest_args[@]}"
+            "${process_tests[@]}" "${pytest_args[@]}"
     done
 fi
 

@@ -1,4 +1,5 @@
-"""Redis clients built from ``DELAYQ["REDIS_URL"]`` or a django-redis cache.
+"""Redis clients built from ``DELAYQ["REDIS_URL"]``, ``["REDIS_SENTINEL"]`` or
+a django-redis cache.
 
 Each *role* gets its own connection pool with its own timeouts:
 
@@ -11,6 +12,13 @@ Each *role* gets its own connection pool with its own timeouts:
 With ``CACHE_ALIAS`` the cache's connection settings (host, password, TLS,
 database, connection class) are reused, but not its pool: the cache's
 timeouts suit a cache, not a queue.
+
+With ``REDIS_SENTINEL`` each role's client asks the sentinels where the
+primary is when it connects, and again when the primary it knew went away
+or turned into a replica (a failover): the command that met the old primary
+fails like any Redis error, and the loops' retry reaches the new one. The
+sentinels are asked with the role's connect timeout, so ``schedule()``
+waits at most ``REDIS_TIMEOUT`` per sentinel when they are all down.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ..conf import Settings, get_settings
+from ..conf import SentinelSettings, Settings, get_settings
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +98,8 @@ def _build(role: str, settings: Settings) -> redis.Redis:
     if settings.redis_url is not None:
         pool = redis.ConnectionPool.from_url(settings.redis_url, **options)
         return redis.Redis(connection_pool=pool)
+    if settings.sentinel is not None:
+        return _sentinel_primary(settings.sentinel, options)
     from django_redis import get_redis_connection
 
     assert settings.cache_alias is not None
@@ -109,6 +119,33 @@ def _build(role: str, settings: Settings) -> redis.Redis:
     kwargs = {**base_pool.connection_kwargs, **options}
     pool = redis.ConnectionPool(connection_class=base_pool.connection_class, **kwargs)
     return redis.Redis(connection_pool=pool)
+
+
+def _sentinel_primary(
+    sentinel: SentinelSettings, options: dict[str, Any]
+) -> redis.Redis:
+    """A client of the primary the sentinels name, followed across failovers."""
+    from redis.sentinel import Sentinel
+
+    timeout = options["socket_connect_timeout"]
+    manager = Sentinel(  # type: ignore[no-untyped-call]
+        list(sentinel.nodes),
+        sentinel_kwargs={
+            "socket_timeout": timeout,
+            "socket_connect_timeout": timeout,
+            "password": sentinel.sentinel_password,
+            "ssl": sentinel.ssl,
+        },
+    )
+    client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
+        sentinel.service,
+        redis_class=redis.Redis,
+        db=sentinel.db,
+        password=sentinel.password,
+        ssl=sentinel.ssl,
+        **options,
+    )
+    return client
 
 
 def get_client(role: str = "schedule") -> redis.Redis:

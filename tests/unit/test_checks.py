@@ -13,6 +13,7 @@ from django_delayq.conf import get_settings
 from django_delayq.exceptions import InvalidConfiguration
 
 URL = "redis://127.0.0.1:6379/0"
+SENTINEL = {"SERVICE": "mymaster", "NODES": ["10.0.0.1:26379", "10.0.0.2:26379"]}
 
 
 def ids(settings, value):
@@ -59,6 +60,17 @@ def test_e008_finds_tasks_in_modules_nothing_imported_yet(settings):
         ({"REDIS_URL": URL, "REDIS_TIMEOUT": float("nan")}, ["delayq.E006"]),
         ({"REDIS_URL": URL, "KEY_PREFIX": "app{1}"}, ["delayq.E007"]),
         ({"REDIS_URL": URL, "REDIS_ULR": URL}, ["delayq.W001"]),
+        ({"REDIS_URL": URL, "REDIS_SENTINEL": SENTINEL}, ["delayq.E002"]),
+        ({"REDIS_SENTINEL": "mymaster"}, ["delayq.E012"]),
+        ({"REDIS_SENTINEL": {"NODES": ["h:26379"]}}, ["delayq.E012"]),
+        ({"REDIS_SENTINEL": {**SENTINEL, "NODES": []}}, ["delayq.E012"]),
+        ({"REDIS_SENTINEL": {**SENTINEL, "NODES": ["h"]}}, ["delayq.E012"]),
+        ({"REDIS_SENTINEL": {**SENTINEL, "NODES": ["h:0"]}}, ["delayq.E012"]),
+        ({"REDIS_SENTINEL": {**SENTINEL, "NODES": "h:26379"}}, ["delayq.E012"]),
+        ({"REDIS_SENTINEL": {**SENTINEL, "DB": -1}}, ["delayq.E012"]),
+        ({"REDIS_SENTINEL": {**SENTINEL, "PASSWORD": 123}}, ["delayq.E012"]),
+        ({"REDIS_SENTINEL": {**SENTINEL, "SSL": "yes"}}, ["delayq.E012"]),
+        ({"REDIS_SENTINEL": {**SENTINEL, "MASTER": "x"}}, ["delayq.E012"]),
     ],
 )
 def test_each_bad_setting_has_its_own_check_id(settings, value, expected):
@@ -113,3 +125,47 @@ def test_settings_are_reparsed_when_they_change(settings):
     settings.DELAYQ = {"REDIS_URL": URL}
     assert get_settings().max_attempts == 3
     assert set(get_settings().queues) == {"default"}
+
+
+def test_e002_names_every_connection_key_that_is_set(settings):
+    settings.DELAYQ = {"REDIS_URL": URL, "REDIS_SENTINEL": SENTINEL}
+    [message] = check_settings()
+    assert message.msg == (
+        'DELAYQ needs exactly one of "REDIS_URL", "CACHE_ALIAS" and '
+        '"REDIS_SENTINEL"; REDIS_URL and REDIS_SENTINEL are set.'
+    )
+
+
+def test_e012_says_what_nodes_look_like(settings):
+    settings.DELAYQ = {"REDIS_SENTINEL": {**SENTINEL, "NODES": ["10.0.0.1"]}}
+    [message] = check_settings()
+    assert message.msg == (
+        'DELAYQ["REDIS_SENTINEL"]["NODES"] must be a non-empty list of '
+        "\"host:port\" strings (or (host, port) pairs); got ['10.0.0.1']."
+    )
+    assert message.hint.startswith('For example "NODES": ["10.0.0.1:26379"')
+
+
+def test_a_sentinel_setting_is_parsed_with_its_defaults(settings):
+    settings.DELAYQ = {
+        "REDIS_SENTINEL": {
+            "SERVICE": "mymaster",
+            "NODES": ["10.0.0.1:26379", ("10.0.0.2", 26380), "[::1]:26381"],
+            "SENTINEL_PASSWORD": "s3cret",
+        }
+    }
+    sentinel = get_settings().sentinel
+    assert sentinel is not None
+    assert sentinel.nodes == (
+        ("10.0.0.1", 26379),
+        ("10.0.0.2", 26380),
+        ("::1", 26381),
+    )
+    assert (sentinel.service, sentinel.db, sentinel.password, sentinel.ssl) == (
+        "mymaster",
+        0,
+        None,
+        False,
+    )
+    assert sentinel.sentinel_password == "s3cret"
+    assert get_settings().redis_url is None

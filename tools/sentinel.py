@@ -1,0 +1,201 @@
+"""A private Redis Sentinel set-up on loopback, for the sentinel tests.
+
+One primary, one replica and three sentinels (quorum 2), each a real
+``redis-server`` on a port of its own, stopped by its PID like every server
+in :mod:`tools.servers`. The sentinels declare a primary down after one
+second without an answer, so a failover takes a few seconds::
+
+    with SentinelSet() as sentinels:
+        DELAYQ = {"REDIS_SENTINEL": sentinels.settings()}
+        sentinels.kill_primary()          # SIGKILL, as a crash would
+        sentinels.wait_for_failover()     # the replica is the primary now
+
+Needs redis-py (the tests' virtualenv has it), unlike tools.servers.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import redis
+
+from tools.servers import LOOPBACK, RedisServer, ServerError
+
+SERVICE = "mymaster"
+
+
+class SentinelServer(RedisServer):
+    """``redis-server --sentinel`` watching one primary.
+
+    Its configuration file is written once: a sentinel rewrites it with what
+    it learns (replicas, other sentinels, the current primary), and a
+    restarted sentinel must start from that, as a real one does.
+    """
+
+    name = "sentinel"
+
+    def __init__(
+        self,
+        primary_port: int,
+        *,
+        quorum: int = 2,
+        down_after_ms: int = 1000,
+        failover_timeout_ms: int = 5000,
+    ) -> None:
+        super().__init__()
+        self.primary_port = primary_port
+        self.quorum = quorum
+        self.down_after_ms = down_after_ms
+        self.failover_timeout_ms = failover_timeout_ms
+
+    @property
+    def config_path(self) -> Path:
+        return self.dir / "sentinel.conf"
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "sentinel.log"
+
+    def _prepare(self) -> None:
+        if self.config_path.exists():
+            return
+        self.config_path.write_text(
+            f"port {self.port}\n"
+            f"bind {LOOPBACK}\n"
+            f"daemonize no\n"
+            f"dir {self.dir}\n"
+            f"sentinel monitor {SERVICE} {LOOPBACK} {self.primary_port} "
+            f"{self.quorum}\n"
+            f"sentinel down-after-milliseconds {SERVICE} {self.down_after_ms}\n"
+            f"sentinel failover-timeout {SERVICE} {self.failover_timeout_ms}\n"
+            f"sentinel parallel-syncs {SERVICE} 1\n"
+        )
+
+    def _argv(self) -> list[str]:
+        return [*super()._argv()[:1], str(self.config_path), "--sentinel"]
+
+
+class SentinelSet:
+    """A primary, a replica and three sentinels, started and stopped together."""
+
+    def __init__(self) -> None:
+        first = RedisServer()
+        self.servers = [
+            first,
+            RedisServer(extra_args=["--replicaof", LOOPBACK, str(first.port)]),
+        ]
+        self.sentinels = [SentinelServer(first.port) for _ in range(3)]
+
+    # -- what clients use ---------------------------------------------------
+
+    @property
+    def nodes(self) -> list[str]:
+        return [f"{LOOPBACK}:{s.port}" for s in self.sentinels]
+
+    def settings(self) -> dict[str, Any]:
+        """``DELAYQ["REDIS_SENTINEL"]`` for this set-up."""
+        return {"SERVICE": SERVICE, "NODES": self.nodes}
+
+    # -- life cycle -----------------------------------------------------------
+
+    def start(self) -> Self:
+        for server in self.servers:
+            server.start()
+        self._wait(self._replicating, "the replica in sync with the primary")
+        for sentinel in self.sentinels:
+            sentinel.start()
+        self._wait(self._sentinels_agree, "the sentinels to know each other")
+        return self
+
+    def close(self) -> None:
+        for server in [*self.sentinels, *self.servers]:
+            server.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- faults ------------------------------------------------------------
+
+    def primary(self) -> RedisServer:
+        """The server the sentinels name as the primary now."""
+        port = self._primary_port()
+        for server in self.servers:
+            if server.port == port:
+                return server
+        raise ServerError(f"the sentinels name an unknown primary on port {port}")
+
+    def replica(self) -> RedisServer:
+        primary = self.primary()
+        return next(s for s in self.servers if s is not primary)
+
+    def kill_primary(self) -> RedisServer:
+        """SIGKILL the primary, as a crash would; returns it (stopped)."""
+        primary = self.primary()
+        primary.kill()
+        return primary
+
+    def wait_for_failover(self, old: RedisServer, timeout: float = 30.0) -> None:
+        """Wait until the sentinels promoted another server and it accepts
+        writes."""
+
+        def promoted() -> bool:
+            port = self._primary_port()
+            if port == old.port:
+                return False
+            info = self._client(port).info("replication")
+            return info.get("role") == "master"
+
+        self._wait(promoted, "a replica promoted", timeout)
+
+    # -- internals ----------------------------------------------------------
+
+    def _client(self, port: int) -> redis.Redis:
+        return redis.Redis(LOOPBACK, port, socket_timeout=1.0)
+
+    def _primary_port(self) -> int:
+        for sentinel in self.sentinels:
+            if not sentinel.is_running():
+                continue
+            try:
+                with self._client(sentinel.port) as client:
+                    _host, port = client.sentinel_get_master_addr_by_name(SERVICE)
+                return int(port)
+            except (redis.RedisError, TypeError, ValueError):
+                continue
+        raise ServerError("no sentinel names a primary")
+
+    def _replicating(self) -> bool:
+        with self._client(self.servers[1].port) as client:
+            info = client.info("replication")
+        return info.get("master_link_status") == "up"
+
+    def _sentinels_agree(self) -> bool:
+        for sentinel in self.sentinels:
+            with self._client(sentinel.port) as client:
+                state = client.sentinel_master(SERVICE)
+            if int(state["num-slaves"]) < 1 or int(state["num-other-sentinels"]) < 2:
+                return False
+        return True
+
+    def _wait(self, condition: Any, what: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if condition():
+                    return
+            except redis.RedisError:
+                pass
+            if time.monotonic() > deadline:
+                raise ServerError(f"sentinel set-up: no {what} after {timeout:g} s")
+            time.sleep(0.1)
