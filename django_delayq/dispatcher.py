@@ -137,6 +137,12 @@ class Dispatcher:
                     self._wake.clear()  # before draining: no wake-up is lost
                     self._take_woken(now)
                     self._drain(client)
+                    if failures:
+                        logger.warning(
+                            "dispatcher: Redis answers again, after %d failed "
+                            "attempt(s)",
+                            failures,
+                        )
                     failures = 0
                 except redis.RedisError as exc:
                     failures += 1

@@ -118,10 +118,18 @@ class Sweeper:
         """Sweep every ``interval`` seconds until :meth:`stop`; return the last pass."""
         result = SweepResult()
         first = True
+        failed = 0  # passes in a row that Redis or the database cut short
         self._lock_ms = max(2000, int(2 * interval * 1000))
         while not self._stopping.is_set():
             try:
                 result = self.sweep()
+                if failed:
+                    logger.warning(
+                        "sweep: Redis and the database answer again, after %d "
+                        "failed pass(es)",
+                        failed,
+                    )
+                failed = 0
                 if result.repaired or result.replayed or result.failed:
                     logger.warning("sweep: %s", result)
                 elif result.pruned or first:
@@ -135,6 +143,7 @@ class Sweeper:
             except (redis.RedisError, OSError, DatabaseError) as exc:
                 if once:
                     raise
+                failed += 1
                 logger.warning(
                     "sweep: %s (%s); trying again in %.0f s",
                     type(exc).__name__,

@@ -267,6 +267,7 @@ class Worker:
                 try:
                     pending = self._next(client, consumer, once)
                     if not pending:
+                        failures = self._answering(consumer, failures)
                         if once:
                             return
                         continue
@@ -276,7 +277,7 @@ class Worker:
                     counts = batch.handle(pending)
                     self._count("processed", counts.processed)
                     self._count("dead_lettered", counts.dead_lettered)
-                    failures = 0
+                    failures = self._answering(consumer, failures)
                 except DatabaseError as exc:
                     # Keep what is left (heartbeated) and try it first once
                     # the database answers, instead of waiting for a reclaim.
@@ -300,6 +301,16 @@ class Worker:
             raise
         finally:
             connections.close_all()
+
+    def _answering(self, consumer: str, failures: int) -> int:
+        """Say so when a thread works again after errors; the new count."""
+        if failures:
+            logger.warning(
+                "worker %s: working again, after %d failed attempt(s)",
+                consumer,
+                failures,
+            )
+        return 0
 
     def _pause(self, consumer: str, exc: Exception, failures: int) -> None:
         self._count("errors")

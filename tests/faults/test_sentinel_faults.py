@@ -158,3 +158,9 @@ def test_the_sentinel_primary_killed_under_load(sentinel_rig: SentinelRig) -> No
     # sweeper put those tasks back from their rows.
     reindexed = sum(map(int, re.findall(r"\breindexed (\d+)", sweeper.log())))
     assert reindexed >= len(unreplicated.committed), sweep_totals(sweeper)
+    # Each command said when Redis was back.
+    dispatcher, *workers = procs
+    assert "dispatcher: Redis answers again, after" in dispatcher.log()
+    assert "sweep: Redis and the database answer again, after" in sweeper.log()
+    for worker in workers:
+        assert "working again, after" in worker.log(), worker.tail()
