@@ -145,6 +145,8 @@ class Dispatcher:
                         )
                     failures = 0
                 except redis.RedisError as exc:
+                    if once:
+                        raise  # one pass asked for: say it could not be made
                     failures += 1
                     pause = retry_pause(failures)
                     logger.warning(

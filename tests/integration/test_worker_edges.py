@@ -12,11 +12,13 @@ from django_delayq.dispatcher import Dispatcher
 from django_delayq.exceptions import InvalidArgument
 from django_delayq.models import DelayedTask, Status
 from django_delayq.signals import task_succeeded
+from django_delayq.store import connection
 from django_delayq.store.keys import shard_keys
 from django_delayq.worker import Worker
 from tests.helpers import drain
 from tests.testapp.models import Ledger
 from tests.testapp.tasks import add, exits, fails_once, record
+from tools.servers import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -133,3 +135,23 @@ def test_using_another_database_than_the_workers_read_is_refused():
     with pytest.raises(InvalidArgument, match="using='other'"):
         schedule(add, args=[1, 1], using="other")
     assert not DelayedTask.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        ("delayq_worker", "worker failed: ConnectionError"),
+        ("delayq_dispatch", "dispatch failed: ConnectionError"),
+        ("delayq_sweep", "sweep failed: ConnectionError"),
+    ],
+)
+def test_once_with_redis_unreachable_is_a_command_error(settings, command, message):
+    """One pass asked for and impossible: a clear error, not a traceback,
+    and not a retry loop."""
+    settings.DELAYQ = {"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    connection.reset()
+    try:
+        with pytest.raises(CommandError, match=message):
+            call_command(command, "--once", verbosity=0)
+    finally:
+        connection.reset()

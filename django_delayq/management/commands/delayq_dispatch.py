@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+import redis
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_delayq.dispatcher import Dispatcher
 from django_delayq.management.lifecycle import (
@@ -47,6 +48,12 @@ class Command(BaseCommand):
                 lease_ttl=options["lease_ttl"],
             )
         with command_context(dispatcher.stop, "delayq_dispatch", options["verbosity"]):
-            stats = dispatcher.run(once=options["once"])
+            try:
+                stats = dispatcher.run(once=options["once"])
+            except redis.RedisError as exc:
+                # Only --once gets here; a looping dispatcher logs and retries.
+                raise CommandError(
+                    f"dispatch failed: {type(exc).__name__}: {exc}"
+                ) from exc
         if options["verbosity"]:
             self.stdout.write(f"delayq_dispatch: moved {stats.moved} task(s)")

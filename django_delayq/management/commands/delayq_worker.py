@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
 
 from django_delayq.exceptions import WorkerStuck
 from django_delayq.management.lifecycle import (
@@ -59,6 +61,12 @@ class Command(BaseCommand):
             with command_context(worker.stop, "delayq_worker", verbosity):
                 try:
                     stats = worker.run(once=options["once"])
+                except (redis.RedisError, DatabaseError) as exc:
+                    # Only --once gets here: a worker that runs on waits for
+                    # Redis and the database, logging each failure.
+                    raise CommandError(
+                        f"worker failed: {type(exc).__name__}: {exc}"
+                    ) from exc
                 except WorkerStuck as exc:
                     # The stuck thread cannot be stopped; only the process
                     # can. Its process manager starts a fresh one.
