@@ -166,6 +166,11 @@ class Batch:
                 outcome = unknown_task(first.row, first.unknown)
             else:
                 outcome = start(first.row, self.watchdog)
+                ran_for = self.watchdog.last_duration()
+                if group and ran_for is not None:
+                    # Groupable, alone for want of neighbours: what its
+                    # function took sizes the next claims (see Pacer).
+                    self.pacer.note_runs([(first.row.name, ran_for)])
             counts.processed += 1
             if self._settle(pending, first.entry, outcome):
                 counts.dead_lettered += 1

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import statistics
 import threading
 import time
 import traceback
@@ -66,6 +67,12 @@ DEFAULT_MAX_SIZE = 50
 #: How long a task name seen to outlast the budget runs alone before it is
 #: tried in a group again (it may have been slow only for a moment).
 SLOW_COOLDOWN = 30.0
+#: A run is long when it outlasts the budget and this many usual ones...
+SLOW_FACTOR = 4.0
+#: ... and a task name is slow after this many long runs in a row.
+SLOW_STRIKES = 3
+#: The weight of each run in the moving average of what a task costs.
+AVERAGE_WEIGHT = 0.1
 
 
 @dataclass
@@ -75,9 +82,10 @@ class Pacer:
     A claim charges an attempt: claiming far more than a group can run
     within its budget would charge tasks that then wait, and would hand
     fewer to other workers. So the size follows a moving average of the time
-    a task costs, and a task name seen to take longer than the budget runs
-    alone for :data:`SLOW_COOLDOWN` seconds (its group would have waited for
-    it).
+    a task costs (every run counts, in a group or alone: were only groups
+    measured, a size that fell to one would never grow back), and a task
+    name seen to take longer than the budget, run after run, runs alone for
+    :data:`SLOW_COOLDOWN` seconds (its group would have waited for it).
     """
 
     budget: float = DEFAULT_BUDGET
@@ -85,6 +93,8 @@ class Pacer:
     per_task: float = 0.0
     #: task name -> until when (monotonic) it runs alone
     slow: dict[str, float] = field(default_factory=dict)
+    #: task name -> its long runs in a row
+    strikes: dict[str, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def size(self) -> int:
@@ -93,20 +103,37 @@ class Pacer:
             return min(8, self.max_size)
         return max(1, min(self.max_size, int(self.budget / self.per_task)))
 
-    def note_group(self, seconds: float, tasks: int) -> None:
-        """Note that a group of ``tasks`` tasks took ``seconds`` in all."""
-        each = seconds / max(tasks, 1)
-        with self.lock:
-            if self.per_task <= 0:
-                self.per_task = each
-            else:
-                self.per_task = 0.8 * self.per_task + 0.2 * each
+    def note_runs(self, runs: Sequence[tuple[str, float]]) -> None:
+        """Note how long the functions of one group (or of one task run
+        alone) took: ``(name, seconds)`` each, in the order they ran.
 
-    def note_task(self, name: str, seconds: float) -> None:
-        """Note that one run of the task ``name`` took ``seconds``."""
-        if seconds > self.budget:
-            with self.lock:
-                self.slow[name] = time.monotonic() + SLOW_COOLDOWN
+        A run is long when it is past the budget *and* well past its
+        neighbours in the same group (alone: past what tasks cost here on
+        average). A task name is slow after :data:`SLOW_STRIKES` long runs in
+        a row. Wall time is all a worker can measure, and on a busy machine
+        any run may be long now and then: the thread lost the CPU, or
+        waited for the GIL behind other threads. Those runs are long alone
+        and together, not in a row, and sending every task of their name to
+        run alone (a transaction each) would make the load far worse. A slow
+        task's time stays out of the average, which sizes the groups.
+        """
+        with self.lock:
+            for index, (name, seconds) in enumerate(runs):
+                others = [t for i, (_, t) in enumerate(runs) if i != index]
+                usual = statistics.median(others) if others else self.per_task
+                if seconds > self.budget and seconds > SLOW_FACTOR * usual:
+                    strikes = self.strikes[name] = self.strikes.get(name, 0) + 1
+                    if strikes >= SLOW_STRIKES:
+                        self.slow[name] = time.monotonic() + SLOW_COOLDOWN
+                    continue
+                self.strikes.pop(name, None)
+                if name not in self.slow:
+                    self.per_task = (
+                        seconds
+                        if self.per_task <= 0
+                        else (1 - AVERAGE_WEIGHT) * self.per_task
+                        + AVERAGE_WEIGHT * seconds
+                    )
 
     def groupable(self, row: DelayedTask, registered: registry.Task[Any, Any]) -> bool:
         if not registered.atomic:
@@ -167,6 +194,7 @@ def run_group(
     successes: list[transitions.Success] = []
     ran: list[tuple[DelayedTask, registry.Task[Any, Any]]] = []
     claimed: dict[Any, _Snapshot] = {}
+    runs: list[tuple[str, float]] = []  # (name, seconds) of each function
     began = time.monotonic()
     try:
         savepoints = _Savepoints(connections[db])
@@ -186,7 +214,7 @@ def run_group(
                 watchdog.check_not_abandoned()
                 ran.append((row, registered))
                 claimed[row.pk] = _Snapshot.of(row)
-                success = _run_one(row, registered, savepoints, pacer, watchdog)
+                success = _run_one(row, registered, savepoints, runs, watchdog)
                 if success is not None:
                     successes.append(success)
             if not transitions.succeed_many(successes, timezone.now(), db):
@@ -213,7 +241,8 @@ def run_group(
             "not run",
             len(ran),
         )
-    pacer.note_group(time.monotonic() - began, len(ran))
+    finally:
+        pacer.note_runs(runs)
     for success in successes:
         report_success(success.row)
     result.done = list(rows[: len(ran)])
@@ -224,7 +253,7 @@ def _run_one(
     row: DelayedTask,
     registered: registry.Task[Any, Any],
     savepoints: _Savepoints,
-    pacer: Pacer,
+    runs: list[tuple[str, float]],
     watchdog: Watchdog,
 ) -> transitions.Success | None:
     """Run one task of a group in a savepoint; its success, or None if it
@@ -241,7 +270,7 @@ def _run_one(
                     value = registered.func(*row.args, **row.kwargs)
                 value = stored_value(row, value)
         finally:
-            pacer.note_task(row.name, time.monotonic() - clock)
+            runs.append((row.name, time.monotonic() - clock))
     except FAILURES as exc:
         # Only this task's savepoint was rolled back. Task code calling
         # sys.exit() fails its attempt like any error.
@@ -280,10 +309,11 @@ class _Savepoints:
         context: dict[str, Any],
     ) -> Any:
         """Django's execute wrapper: make the savepoint before the first SQL."""
-        if self.sid is not None and not self.made:
-            self.made = True  # first: the SAVEPOINT below comes through here
-            with self.connection.cursor() as cursor:
-                cursor.execute(self.connection.ops.savepoint_create_sql(self.sid))
+        if self.sid is None or self.made:
+            return execute(sql, params, many, context)
+        self.made = True  # first: the SAVEPOINT below comes through here
+        with self.connection.cursor() as cursor:
+            cursor.execute(self.connection.ops.savepoint_create_sql(self.sid))
         return execute(sql, params, many, context)
 
     @contextlib.contextmanager

@@ -70,6 +70,8 @@ class Watchdog:
         self._held: dict[int, dict[object, DelayedTask]] = {}
         #: threads whose stuck task the worker gave up on
         self._abandoned: set[int] = set()
+        #: thread -> how long its last function ran, in seconds
+        self._durations: dict[int, float] = {}
 
     def hold(self, rows: Iterable[DelayedTask]) -> None:
         """Note rows the calling thread has claimed."""
@@ -97,6 +99,7 @@ class Watchdog:
         board = self.board
         if board is not None:
             board.started(row.pk, deadline, limit)
+        began = time.monotonic()
         try:
             yield
         finally:
@@ -104,8 +107,14 @@ class Watchdog:
             # function has returned and this thread has left the block.
             with self._lock:
                 del self._running[ident]
+                self._durations[ident] = time.monotonic() - began
             if board is not None:
                 board.finished()
+
+    def last_duration(self) -> float | None:
+        """How long the calling thread's last function ran (once)."""
+        with self._lock:
+            return self._durations.pop(threading.get_ident(), None)
 
     def check(self) -> list[Stuck]:
         """Interrupt the tasks past their limit; return those stuck."""

@@ -22,10 +22,12 @@ from tests.testapp.models import Order
 from tests.testapp.tasks import (
     add,
     committed_keys,
+    counts_then_orders,
     create_order,
     create_order_non_atomic,
     create_order_or_raise,
     notes_on_commit,
+    order_with_pk,
     raises_on_commit,
     slow_order,
     swallows_db_error,
@@ -156,10 +158,11 @@ def test_a_group_closes_on_its_time_budget(redis_client):
     _batch(redis_client, pacer).handle(_read_all(redis_client))
     for task in [slow, *quick]:
         assert refresh(task).status == Status.SUCCEEDED
-    # The slow task commits before its neighbours run, and from now on runs
-    # alone: a group must not wait for it.
+    # The slow task commits before its neighbours run: a group must not
+    # wait for it. One long run is a strike; three in a row and its name
+    # runs alone for a while (tests/unit/test_pacer.py).
     assert refresh(slow).finished_at <= min(refresh(t).started_at for t in quick)
-    assert "tests.testapp.tasks.slow_order" in pacer.slow
+    assert pacer.strikes == {"tests.testapp.tasks.slow_order": 1}
 
 
 def test_a_task_delivered_twice_in_one_batch_runs_once(redis_client):
@@ -261,3 +264,36 @@ def test_a_callback_that_raises_does_not_cost_a_neighbour_its_callbacks(
     assert committed_keys == ["kept"]
     assert DelayedTask.objects.filter(status=Status.SUCCEEDED).count() == 2
     assert Order.objects.filter(status="broken").exists()
+
+
+def test_a_task_whose_first_statement_fails_takes_only_itself_down(redis_client):
+    """The first statement of a task goes out with its savepoint (in one
+    round trip on PostgreSQL): when that statement fails, the savepoint is
+    there to roll back to, and the neighbours' work stands."""
+    Order.objects.create(pk=1000, status="taken")
+    before = schedule(order_with_pk, args=[1001])
+    clash = schedule(order_with_pk, args=[1000])
+    after = schedule(order_with_pk, args=[1002])
+    _batch(redis_client).handle(_read_all(redis_client))
+    assert (refresh(before).status, refresh(after).status) == (
+        Status.SUCCEEDED,
+        Status.SUCCEEDED,
+    )
+    row = refresh(clash)
+    assert row.status == Status.FAILED
+    assert row.last_error.startswith("IntegrityError")
+    assert sorted(Order.objects.values_list("status", flat=True)) == [
+        "pk1001",
+        "pk1002",
+        "taken",
+    ]
+
+
+def test_a_task_whose_first_statement_reads_through_a_cursor_runs_in_a_group(
+    redis_client,
+):
+    Order.objects.bulk_create(Order(status=f"old{i}") for i in range(5))
+    tasks = [schedule(counts_then_orders, args=[f"new{i}"]) for i in range(3)]
+    _batch(redis_client).handle(_read_all(redis_client))
+    assert sorted(refresh(task).result for task in tasks) == [5, 6, 7]
+    assert Order.objects.count() == 8

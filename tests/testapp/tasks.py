@@ -133,6 +133,26 @@ def create_order_or_raise(status: str) -> int:
     return pk
 
 
+@task(max_attempts=1)
+def order_with_pk(pk: int) -> int:
+    """Its first statement inserts an order with a given id: one that
+    exists makes that very first statement fail."""
+    from tests.testapp.models import Order
+
+    return Order.objects.create(pk=pk, status=f"pk{pk}").pk
+
+
+@task
+def counts_then_orders(status: str) -> int:
+    """Its first statement iterates over the orders (a server-side cursor on
+    PostgreSQL), then it writes one."""
+    from tests.testapp.models import Order
+
+    seen = sum(1 for _ in Order.objects.iterator(chunk_size=2))
+    Order.objects.create(status=status)
+    return seen
+
+
 @task
 def slow_order(status: str, seconds: float) -> int:
     """Writes an order after ``seconds``: longer than a group's budget."""
