@@ -26,6 +26,7 @@ What still holds, task by task:
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import statistics
 import threading
@@ -312,8 +313,17 @@ class _Savepoints:
         if self.sid is None or self.made:
             return execute(sql, params, many, context)
         self.made = True  # first: the SAVEPOINT below comes through here
+        create = self.connection.ops.savepoint_create_sql(self.sid)
+        raw: Any = getattr(context.get("cursor"), "cursor", None)
+        if not many and isinstance(sql, str) and _sends_statements_as_text(raw):
+            # One round trip for both: the savepoint was a third of the
+            # time a worker spent on a task that writes a row. The cursor
+            # then moves on to the task's statement's result.
+            result = execute(f"{create}; {sql}", params, many, context)
+            raw.nextset()
+            return result
         with self.connection.cursor() as cursor:
-            cursor.execute(self.connection.ops.savepoint_create_sql(self.sid))
+            cursor.execute(create)
         return execute(sql, params, many, context)
 
     @contextlib.contextmanager
@@ -365,6 +375,24 @@ class _Savepoints:
             for (sids, func, robust) in connection.run_on_commit
             if sid not in sids
         ]
+
+
+def _sends_statements_as_text(cursor: Any) -> bool:
+    """Whether ``cursor`` is psycopg 3's client-side cursor (Django's default
+    on PostgreSQL): it sends a statement with its parameters bound as text,
+    over the simple query protocol, which takes several statements at once.
+    Server-side binding, psycopg 2 and SQLite take the savepoint apart."""
+    cls = _client_cursor()
+    return cls is not None and isinstance(cursor, cls)
+
+
+@functools.cache
+def _client_cursor() -> type | None:
+    try:
+        from psycopg import ClientCursor
+    except ImportError:
+        return None
+    return ClientCursor
 
 
 def _one_by_one(
