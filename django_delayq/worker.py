@@ -8,9 +8,9 @@ polling, and a read returns as soon as one entry is there) and hands it to
 tasks in groups. An entry is acknowledged and deleted only after its task's
 outcome is committed; if the worker dies first, the entry stays pending and
 another worker reclaims it with ``XAUTOCLAIM`` once it has been idle for
-``VISIBILITY_TIMEOUT``. The main thread heartbeats the entries in flight
-(:mod:`django_delayq.inflight`) so the tasks of a live worker never look
-idle.
+``VISIBILITY_TIMEOUT`` (:mod:`django_delayq.reclaim`). The main thread
+heartbeats the entries in flight (:mod:`django_delayq.inflight`) so the
+tasks of a live worker never look idle.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from .dbconn import recycle_connections
 from .exceptions import WorkerStuck
 from .group_commit import DEFAULT_BUDGET, DEFAULT_MAX_SIZE, Pacer
 from .inflight import InFlight
+from .reclaim import Reclaimer
 from .store import streams
 from .store.connection import get_client
 from .store.keys import shard_keys
@@ -139,10 +140,7 @@ class Worker:
         self._crashed = threading.Event()
         self._in_flight = InFlight(self.streams)
         self.watchdog = Watchdog(DEFAULT_GRACE)
-        self._next_reclaim = 0.0
-        self._reclaim_lock = threading.Lock()
-        #: where each stream's reclaim scan goes on from
-        self._reclaim_cursor = {stream: "0-0" for stream in self.streams}
+        self._reclaimer = Reclaimer(self.streams, self.visibility_timeout)
 
     # -- public ---------------------------------------------------------------
 
@@ -345,7 +343,8 @@ class Worker:
         try:
             entries = self._in_flight.take(size)
             if not entries:
-                read = self._reclaim(client, consumer)
+                read = self._reclaimer.take(client, consumer)
+                self._count("reclaimed", len(read))
                 if not read:
                     read = streams.read(
                         client,
@@ -374,42 +373,6 @@ class Worker:
         if self.max_tasks is not None and unused > 0:
             with self._taken_lock:
                 self._taken -= unused
-
-    def _reclaim(self, client: redis.Redis, consumer: str) -> list[streams.Entry]:
-        """Now and then, take over entries whose worker stopped heartbeating.
-
-        Each stream's scan goes on from where the last one stopped, so an old
-        entry behind many live ones is reached too.
-        """
-        with self._reclaim_lock:
-            now = time.monotonic()
-            if now < self._next_reclaim:
-                return []
-            self._next_reclaim = now + max(self.visibility_timeout / 2, 0.1)
-        min_idle_ms = int(self.visibility_timeout * 1000)
-        for stream in self.streams:
-            entries, cursor = streams.reclaim(
-                client,
-                stream,
-                consumer,
-                min_idle_ms=min_idle_ms,
-                count=10,
-                start=self._reclaim_cursor[stream],
-            )
-            self._reclaim_cursor[stream] = cursor
-            if entries:
-                logger.warning(
-                    "worker %s: reclaimed %d entries idle over %.0f s in %s",
-                    consumer,
-                    len(entries),
-                    self.visibility_timeout,
-                    stream,
-                )
-                self._count("reclaimed", len(entries))
-                with self._reclaim_lock:
-                    self._next_reclaim = 0.0  # there may be more
-                return entries
-        return []
 
     def _count(self, field: str, amount: int = 1) -> None:
         if amount:
