@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import Plan, render
+from benchmarks.report import Plan, machine, render
 from tools.servers import PostgresServer, RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -309,7 +309,21 @@ def main() -> int:
         help="write the markdown report here (full run: docs/benchmarks.md)",
     )
     parser.add_argument("--json", type=Path, default=None, help="also save raw JSON")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        default=None,
+        help="render the report from a run saved with --json, measuring nothing",
+    )
     args = parser.parse_args()
+    if args.from_json:
+        report = render(json.loads(args.from_json.read_text()))
+        if args.write:
+            args.write.write_text(report)
+            _say(f"wrote {args.write}")
+        else:
+            print(report)
+        return 0
     plan = QUICK if args.quick else FULL
     command = "python -m benchmarks" + (" --quick" if args.quick else "")
     from benchmarks.peers import PEERS
@@ -321,6 +335,9 @@ def main() -> int:
         peers = QUICK_PEERS
     results = measure(plan, peers=peers, quick=args.quick)
     results["command"] = command
+    # Saved with the figures so that a report rendered later from the JSON
+    # still describes the machine the figures came from.
+    results["machine"] = machine()
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=1))

@@ -320,13 +320,13 @@ def _targets(results: dict[str, Any]) -> list[str]:
         "|---|---|---|",
         row(
             "lateness p99 <= 3 ms at 25 tasks/s",
-            f"{_num(light['p99_ms'], 1)} ms to start "
+            f"{_num(light['p99_ms'], 2)} ms to start "
             f"({_num(d['light']['p99'])} ms to the ready stream)",
             light["p99_ms"] <= 3,
         ),
         row(
             "lateness p99 <= 10 ms at 1,000 tasks/s",
-            f"{_num(steady['p99_ms'], 1)} ms to start "
+            f"{_num(steady['p99_ms'], 2)} ms to start "
             f"({_num(d['steady']['p99'])} ms to the ready stream)",
             steady["p99_ms"] <= 10,
         ),
@@ -468,7 +468,7 @@ def render(results: dict[str, Any]) -> str:
         "figure is compared with a baseline measured in the same run; absolute "
         "numbers move with the machine's load, ratios much less.",
         "",
-        *machine(),
+        *(results.get("machine") or machine()),
         "",
         *_targets(results),
         *_schedule(results),
