@@ -331,14 +331,21 @@ def schedule_records(
 
 
 def schedule_bulk(
-    prefix: str, count: int, *, delay: Callable[[int], float], chunk: int = 1000
+    prefix: str,
+    count: int,
+    *,
+    delay: Callable[[int], float],
+    chunk: int = 1000,
+    seconds: float = 0.0,
 ) -> Batch:
-    """Schedule many ``record`` tasks through ``schedule_many``, ``chunk`` a batch."""
+    """Schedule many ``record`` tasks through ``schedule_many``, ``chunk`` a
+    batch; each runs for ``seconds``."""
     batch = Batch()
+    kwargs = {"seconds": seconds} if seconds else None
     for start in range(0, count, chunk):
         keys = [f"{prefix}-{i}" for i in range(start, min(start + chunk, count))]
         calls = [
-            Call(record, args=[key], delay=delay(start + n))
+            Call(record, args=[key], kwargs=kwargs, delay=delay(start + n))
             for n, key in enumerate(keys)
         ]
         for key, task in zip(keys, schedule_many(calls), strict=True):

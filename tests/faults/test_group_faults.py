@@ -42,9 +42,19 @@ pytestmark = [
 ]
 
 
-def burst(prefix: str, count: int, *, start: float = 0.5, spread: float = 1.0) -> Batch:
-    """``count`` record tasks due within ``spread`` seconds from ``start`` on."""
-    return schedule_bulk(prefix, count, delay=lambda i: start + spread * i / count)
+def burst(
+    prefix: str,
+    count: int,
+    *,
+    start: float = 0.5,
+    spread: float = 1.0,
+    seconds: float = 0.0,
+) -> Batch:
+    """``count`` record tasks due within ``spread`` seconds from ``start`` on,
+    each running for ``seconds``."""
+    return schedule_bulk(
+        prefix, count, delay=lambda i: start + spread * i / count, seconds=seconds
+    )
 
 
 def running() -> int:
@@ -107,7 +117,10 @@ def test_workers_killed_mid_group_lose_nothing_and_double_nothing(rig: Rig) -> N
     procs = [rig.sweeper(), rig.dispatcher()]
     workers = [rig.worker(label=f"w{n}") for n in range(3)]
     rig.wait_ready(*procs, *workers)
-    batch = burst("kill", 600)
+    # Each task takes a few milliseconds, so that a group stays claimed and
+    # uncommitted long enough for a kill to land inside it: instant tasks
+    # commit a whole group in about a millisecond.
+    batch = burst("kill", 600, seconds=0.004)
 
     kills, hits = 0, []
     #: task -> its attempts when the worker holding it in a batch was killed
