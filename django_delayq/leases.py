@@ -137,10 +137,10 @@ class Leases:
         owned = [s for s in self.shards if s.owned]
         if not owned:
             return False
-        pipe = client.pipeline(transaction=False)
-        for shard in owned:
-            self._lease.queue(pipe, (shard.keys.lease,), (self.token, ttl_ms))
-        renewed = scripts.execute_pipeline(client, pipe, [self._lease])
+        renewed = scripts.run_many(
+            client,
+            [(self._lease, (s.keys.lease,), (self.token, ttl_ms)) for s in owned],
+        )
         lost = False
         for shard, outcome in zip(owned, renewed, strict=True):
             if outcome == 0:

@@ -43,10 +43,7 @@ def add(entries: Iterable[IndexEntry], client: redis.Redis) -> None:
     if len(calls) == 1:
         add_script(client, *calls[0])
     elif calls:
-        pipe = client.pipeline(transaction=False)
-        for call_keys, argv in calls:
-            add_script.queue(pipe, call_keys, argv)
-        scripts.execute_pipeline(client, pipe, [add_script])
+        scripts.run_many(client, [(add_script, keys, argv) for keys, argv in calls])
 
 
 def remove(entries: Iterable[IndexEntry], client: redis.Redis) -> None:

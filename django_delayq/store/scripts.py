@@ -15,7 +15,6 @@ from importlib import resources
 from typing import Any
 
 import redis
-from redis.client import Pipeline
 
 KeyT = str | bytes
 ArgT = str | bytes | int | float
@@ -36,27 +35,36 @@ class LuaScript:
             client.script_load(self.source)
             return client.evalsha(self.sha, len(keys), *keys, *args)
 
-    def queue(self, pipe: Pipeline, keys: Sequence[KeyT], args: Sequence[ArgT]) -> None:
-        """Add a call to a pipeline; pair with :func:`execute_pipeline`."""
-        pipe.execute_command(  # type: ignore[no-untyped-call]
-            "EVALSHA", self.sha, len(keys), *keys, *args
-        )
+
+#: One script call: the script, its keys, its arguments.
+Call = tuple[LuaScript, Sequence[KeyT], Sequence[ArgT]]
 
 
-def execute_pipeline(
-    client: redis.Redis, pipe: Pipeline, scripts: Sequence[LuaScript]
-) -> list[Any]:
-    """Run a pipeline of script calls, loading the scripts once if missing."""
-    commands = list(pipe.command_stack)
+def run_many(client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
+    """Run script calls in one round trip (a pipeline, not a transaction:
+    on a cluster it is split by node); their replies, in order.
+
+    A script missing on a server (``NOSCRIPT``: a restarted Redis, or a
+    replica promoted after a failover, which never had the script cache) is
+    loaded and the whole pipeline sent again, as the replies do not tell
+    which calls ran: a script sent this way must be safe to run twice.
+    """
+
+    def send() -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        for script, keys, args in calls:
+            pipe.execute_command(  # type: ignore[no-untyped-call]
+                "EVALSHA", script.sha, len(keys), *keys, *args
+            )
+        replies: list[Any] = pipe.execute()
+        return replies
+
     try:
-        return pipe.execute()
+        return send()
     except redis.exceptions.NoScriptError:
-        for script in scripts:
+        for script in {call[0].name: call[0] for call in calls}.values():
             client.script_load(script.source)
-        retry = client.pipeline(transaction=False)
-        for args, options in commands:
-            retry.execute_command(*args, **options)  # type: ignore[no-untyped-call]
-        return retry.execute()
+        return send()
 
 
 @functools.cache

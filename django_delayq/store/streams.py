@@ -14,11 +14,14 @@ from typing import Any
 
 import redis
 
+from . import scripts
 from .keys import decode_member
 
 GROUP = "workers"
 #: Dead-letter streams keep at most about this many entries per shard.
 DEAD_MAXLEN = 10_000
+#: Entry ids per script call, far from Lua's ``unpack()`` stack limit.
+CHUNK = 1000
 
 
 @dataclass(frozen=True)
@@ -168,29 +171,29 @@ def heartbeat(client: redis.Redis, in_flight: dict[str, dict[bytes, str]]) -> No
 
 
 def finish(client: redis.Redis, stream: str, entry_id: bytes) -> None:
-    """Acknowledge and delete an entry, in one round trip and atomically (a
-    connection lost in between must not leave an acknowledged entry behind)."""
-    pipe = client.pipeline(transaction=True)
-    pipe.xack(stream, GROUP, entry_id)
-    pipe.xdel(stream, entry_id)
-    pipe.execute()
+    """Acknowledge and delete an entry, atomically (see ``lua/finish.lua``)."""
+    scripts.load("finish")(client, [stream], [GROUP, entry_id])
 
 
 def finish_many(client: redis.Redis, entries: Sequence[Entry]) -> None:
-    """Acknowledge and delete many entries: one atomic round trip per stream.
+    """Acknowledge and delete many entries, in one round trip.
 
-    Each stream's XACK and XDEL go in one MULTI (see :func:`finish`); a
-    transaction never spans two streams, whose keys may live on different
-    cluster nodes.
+    One script call per stream: a call never spans two streams, whose keys
+    may live on different cluster nodes.
     """
     by_stream: dict[str, list[bytes]] = {}
     for entry in entries:
         by_stream.setdefault(entry.stream, []).append(entry.entry_id)
-    for stream, ids in by_stream.items():
-        pipe = client.pipeline(transaction=True)
-        pipe.xack(stream, GROUP, *ids)
-        pipe.xdel(stream, *ids)
-        pipe.execute()
+    script = scripts.load("finish")
+    calls: list[tuple[list[str], list[scripts.ArgT]]] = [
+        ([stream], [GROUP, *ids[start : start + CHUNK]])
+        for stream, ids in by_stream.items()
+        for start in range(0, len(ids), CHUNK)
+    ]
+    if len(calls) == 1:
+        script(client, *calls[0])
+    elif calls:
+        scripts.run_many(client, [(script, keys, argv) for keys, argv in calls])
 
 
 def requeue(client: redis.Redis, entries: Sequence[Entry]) -> None:
