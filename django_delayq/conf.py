@@ -30,6 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "REDIS_URL": None,
     "CACHE_ALIAS": None,
     "REDIS_SENTINEL": None,
+    "REDIS_CLUSTER": False,
     "KEY_PREFIX": "delayq",
     "QUEUES": {},
     "MAX_PAYLOAD_BYTES": 64 * 1024,
@@ -115,6 +116,8 @@ class Settings:
     retain_failed: float
     time_limit: float | None = None
     sentinel: SentinelSettings | None = None
+    #: ``REDIS_URL`` names a node of a Redis Cluster
+    cluster: bool = False
 
     def queue(self, name: str) -> QueueSettings:
         """Return the settings of queue ``name`` or raise :class:`UnknownQueue`."""
@@ -206,6 +209,25 @@ def _connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:
                 '"SERVICE" and "NODES").',
             )
         ]
+    cluster = raw.get("REDIS_CLUSTER", False)
+    if not isinstance(cluster, bool):
+        return [
+            Problem(
+                "delayq.E013",
+                f'DELAYQ["REDIS_CLUSTER"] must be True or False; got {cluster!r}.',
+                '"REDIS_CLUSTER": True with "REDIS_URL" naming any node of the '
+                "cluster.",
+            )
+        ]
+    if cluster and given != ["REDIS_URL"]:
+        return [
+            Problem(
+                "delayq.E013",
+                f'DELAYQ["REDIS_CLUSTER"] needs "REDIS_URL"; {given[0]} is set.',
+                'Set "REDIS_URL" to any node of the cluster, e.g. '
+                '"redis://10.0.0.1:7000/0"; the client finds the other nodes.',
+            )
+        ]
     if given == ["REDIS_SENTINEL"]:
         return _sentinel_problems(raw["REDIS_SENTINEL"])
     if url is not None:
@@ -220,6 +242,8 @@ def _connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:
                     '"rediss://..." for TLS.',
                 )
             ]
+        if cluster:
+            return _cluster_url_problems(url)
         return []
     caches = getattr(django_settings, "CACHES", {})
     if not isinstance(alias, str) or alias not in caches:
@@ -239,6 +263,33 @@ def _connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:
                 f"django-redis cache.",
                 'Set its BACKEND to "django_redis.cache.RedisCache", or use '
                 '"REDIS_URL" instead of "CACHE_ALIAS".',
+            )
+        ]
+    return []
+
+
+def _cluster_url_problems(url: str) -> list[Problem]:
+    parts = urlsplit(url)
+    hint = (
+        'Set "REDIS_URL" to any node of the cluster, e.g. '
+        '"redis://10.0.0.1:7000/0" or "rediss://..." for TLS.'
+    )
+    if parts.scheme == "unix":
+        return [
+            Problem(
+                "delayq.E013",
+                'DELAYQ["REDIS_CLUSTER"] needs a redis:// or rediss:// '
+                "REDIS_URL; a cluster is not reached through a unix socket.",
+                hint,
+            )
+        ]
+    if parts.path.strip("/") not in ("", "0"):
+        return [
+            Problem(
+                "delayq.E013",
+                f'DELAYQ["REDIS_URL"] selects database {parts.path.strip("/")!r}; '
+                f"a Redis Cluster has only database 0.",
+                hint,
             )
         ]
     return []
@@ -456,6 +507,7 @@ def parse(raw: Any) -> Settings:
         redis_url=values["REDIS_URL"],
         cache_alias=values["CACHE_ALIAS"],
         sentinel=sentinel,
+        cluster=values["REDIS_CLUSTER"],
         key_prefix=values["KEY_PREFIX"],
         queues=queues,
         max_payload_bytes=values["MAX_PAYLOAD_BYTES"],

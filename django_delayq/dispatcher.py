@@ -79,6 +79,8 @@ class Dispatcher:
         self.lease_ttl = lease_ttl
         self.max_wait = max_wait
         self.prefix = settings.key_prefix
+        #: on a Redis Cluster each shard's node fails on its own
+        self._cluster = settings.cluster
         self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.shards = [
             Shard(shard_keys(self.prefix, queue.name, number))
@@ -136,7 +138,7 @@ class Dispatcher:
                         backstop = now + self.max_wait
                     self._wake.clear()  # before draining: no wake-up is lost
                     self._take_woken(now)
-                    self._drain(client)
+                    self._drain(client, once)
                     if failures:
                         logger.warning(
                             "dispatcher: Redis answers again, after %d failed "
@@ -174,46 +176,87 @@ class Dispatcher:
             if shard.owned and shard.keys.wake in woken:
                 shard.due_at = now
 
-    def _drain(self, client: redis.Redis) -> None:
-        """Move what is due on every owned shard that is due or was woken."""
+    def _drain(self, client: redis.Redis, once: bool = False) -> None:
+        """Move what is due on every owned shard that is due or was woken.
+
+        On a Redis Cluster a shard whose node fails is retried on its own
+        back-off while the others go on: one primary failing over must not
+        stop the shards the other primaries serve. On one Redis every shard
+        fails together, so the error reaches the loop, which backs off as a
+        whole; so does any error of a ``--once`` pass, which must say that it
+        could not be made.
+        """
         now = time.monotonic()
+        failed: list[tuple[Shard, redis.RedisError]] = []
+        answered = False
         for shard in self.shards:
             if not shard.owned or shard.due_at is None or shard.due_at > now:
                 continue
-            while not self._stopping.is_set():
-                sent = time.monotonic()
-                moved, head, redis_now, redis_us = self._move(
-                    client,
-                    (shard.keys.due, shard.keys.ready, shard.keys.lease),
-                    (self.token, self.batch_size),
+            try:
+                self._drain_shard(client, shard)
+            except redis.RedisError as exc:
+                failed.append((shard, exc))
+                continue
+            answered = True
+            if shard.failures:
+                logger.warning(
+                    "dispatcher: shard %s: Redis answers again, after %d failed "
+                    "attempt(s)",
+                    shard.label,
+                    shard.failures,
                 )
-                if moved < 0:
-                    # Another dispatcher holds the shard now. If a wake-up
-                    # brought us here, it was meant for the new owner.
-                    client.lpush(shard.keys.wake, "1")
-                    self.leases.lose(shard)
-                    self._listener.nudge(client)
-                    break
-                if moved:
-                    self.stats.moved += moved
-                    self.stats.batches += 1
-                    self.stats.per_shard[shard.label] = (
-                        self.stats.per_shard.get(shard.label, 0) + moved
-                    )
-                    logger.debug("moved %d from %s", moved, shard.label)
-                if moved == self.batch_size:
-                    continue  # more may be due right now
-                # The head's delay is measured on Redis' clock, so a skewed
-                # local clock shifts nothing; only the local timer runs here.
-                # It counts from when the script was sent, not from when its
-                # reply came back: a slow reply must not make the next task
-                # late too. Redis read its clock a little after ``sent``, so
-                # the timer may fire a moment early; the script then moves
-                # nothing (due is decided by Redis' clock) and the next wait
-                # is shorter than a millisecond.
-                redis_ms = redis_now + redis_us / 1000
-                shard.due_at = None if head < 0 else sent + (head - redis_ms) / 1000
+                shard.failures = 0
+        if failed and (once or not (answered or self._cluster)):
+            raise failed[-1][1]
+        for shard, error in failed:
+            shard.failures += 1
+            # Capped low, so that a shard moves again soon after its node's
+            # failover; a node that refuses connections costs nothing much.
+            pause = retry_pause(shard.failures, cap=1.0)
+            shard.due_at = time.monotonic() + pause
+            logger.warning(
+                "dispatcher: shard %s: Redis error (%s); retrying it in %.1f s",
+                shard.label,
+                error,
+                pause,
+            )
+
+    def _drain_shard(self, client: redis.Redis, shard: Shard) -> None:
+        """Move what is due on one shard, and time its next due task."""
+        while not self._stopping.is_set():
+            sent = time.monotonic()
+            moved, head, redis_now, redis_us = self._move(
+                client,
+                (shard.keys.due, shard.keys.ready, shard.keys.lease),
+                (self.token, self.batch_size),
+            )
+            if moved < 0:
+                # Another dispatcher holds the shard now. If a wake-up
+                # brought us here, it was meant for the new owner.
+                client.lpush(shard.keys.wake, "1")
+                self.leases.lose(shard)
+                self._listener.nudge(client)
                 break
+            if moved:
+                self.stats.moved += moved
+                self.stats.batches += 1
+                self.stats.per_shard[shard.label] = (
+                    self.stats.per_shard.get(shard.label, 0) + moved
+                )
+                logger.debug("moved %d from %s", moved, shard.label)
+            if moved == self.batch_size:
+                continue  # more may be due right now
+            # The head's delay is measured on Redis' clock, so a skewed
+            # local clock shifts nothing; only the local timer runs here.
+            # It counts from when the script was sent, not from when its
+            # reply came back: a slow reply must not make the next task
+            # late too. Redis read its clock a little after ``sent``, so
+            # the timer may fire a moment early; the script then moves
+            # nothing (due is decided by Redis' clock) and the next wait
+            # is shorter than a millisecond.
+            redis_ms = redis_now + redis_us / 1000
+            shard.due_at = None if head < 0 else sent + (head - redis_ms) / 1000
+            break
 
     def _sleep(self, until: float) -> None:
         deadline = min(

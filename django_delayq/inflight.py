@@ -31,6 +31,8 @@ class InFlight:
         self._owners: dict[str, dict[bytes, str]] = {s: {} for s in stream_names}
         self._backlog: collections.deque[streams.Entry] = collections.deque()
         self._lock = threading.Lock()
+        #: notified when entries join the backlog
+        self._arrived = threading.Condition(self._lock)
 
     def hold(self, entries: Iterable[streams.Entry], consumer: str) -> None:
         """Count freshly read entries as in flight, held by ``consumer``."""
@@ -46,16 +48,33 @@ class InFlight:
                 taken.append(self._backlog.popleft())
             return taken
 
+    def take_arriving(self, count: int, timeout: float) -> list[streams.Entry]:
+        """Like :meth:`take`, but wait up to ``timeout`` seconds for entries
+        when the backlog is empty (see :mod:`django_delayq.readers`)."""
+        with self._arrived:
+            if not self._backlog:
+                self._arrived.wait(timeout)
+            taken: list[streams.Entry] = []
+            while self._backlog and len(taken) < count:
+                taken.append(self._backlog.popleft())
+            return taken
+
+    def waiting(self) -> int:
+        """How many entries the backlog holds."""
+        return len(self._backlog)
+
     def wait(self, entries: Iterable[streams.Entry]) -> None:
         """Put entries at the back of the backlog, for any thread to take."""
-        with self._lock:
+        with self._arrived:
             self._backlog.extend(entries)
+            self._arrived.notify_all()
 
     def retry_first(self, entries: Sequence[streams.Entry]) -> None:
         """Put entries at the front of the backlog: they are tried first
         (after a database error cut their handling short)."""
-        with self._lock:
+        with self._arrived:
             self._backlog.extendleft(reversed(entries))
+            self._arrived.notify_all()
 
     def release(self, entries: Iterable[streams.Entry]) -> None:
         """Entries finished with: no more heartbeats for them."""

@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -39,6 +39,8 @@ class Shard:
     #: monotonic time at which the shard's earliest task is due; None if the
     #: due-set is empty (or the shard is not owned).
     due_at: float | None = None
+    #: consecutive moves that failed on a Redis error (its node is down)
+    failures: int = 0
 
     @property
     def label(self) -> str:
@@ -81,33 +83,48 @@ class Leases:
         slow renewal. A shard found without an owner on two checks in a row
         is taken whatever the fair share says: the live count can lag behind
         a dispatcher's death, and an unowned shard is never drained.
+
+        A lease whose Redis fails is left as it is, so that on a Redis
+        Cluster the shards of the nodes that answer keep their leases while
+        one node fails over (a lease that expires meanwhile is fenced in
+        ``move.lua``). Only when nothing answered is the error raised.
         """
+        calls = _Calls()
         ttl_ms = int(self.ttl * 1000)
         self._checks += 1
         if self._checks % 2 == 1:
             # The membership heartbeat goes every other check (it lives for
             # four): it only balances shards, so it may lag a little, and an
-            # idle dispatcher spends fewer Redis commands.
-            self._alive = int(
-                self._members(
-                    client,
-                    (self.members_key,),
-                    (self.token, 2 * ttl_ms, "1" if self._checks % 10 == 1 else "0"),
-                )
+            # idle dispatcher spends fewer Redis commands. When it fails,
+            # the last count stands.
+            alive = calls.make(
+                self._members,
+                client,
+                (self.members_key,),
+                (self.token, 2 * ttl_ms, "1" if self._checks % 10 == 1 else "0"),
             )
+            if alive is not None:
+                self._alive = int(alive)
         fair = math.ceil(len(self.shards) / max(self._alive, 1))
-        changed = self._renew(client, ttl_ms)
+        changed = self._renew(client, ttl_ms, calls)
         owned = sum(s.owned for s in self.shards)
         taken_now = set()
         for shard in self.shards:
             if shard.owned:
                 continue
             if owned >= fair:
-                orphaned = not client.exists(shard.keys.lease)
-                shard.unowned_checks = shard.unowned_checks + 1 if orphaned else 0
+                lease = calls.make(client.exists, shard.keys.lease)
+                if lease is None:
+                    continue
+                shard.unowned_checks = shard.unowned_checks + 1 if not lease else 0
                 if shard.unowned_checks < 2:
                     continue
-            if self._lease(client, (shard.keys.lease,), (self.token, ttl_ms)) == 1:
+            if (
+                calls.make(
+                    self._lease, client, (shard.keys.lease,), (self.token, ttl_ms)
+                )
+                == 1
+            ):
                 shard.unowned_checks = 0
                 shard.owned = True
                 taken_now.add(shard.label)
@@ -124,23 +141,39 @@ class Leases:
                 # dead dispatcher. Balance again once things settle.
                 break
             if shard.owned and owned > fair:
-                self._release(client, (shard.keys.lease,), (self.token,))
+                if (
+                    calls.make(
+                        self._release, client, (shard.keys.lease,), (self.token,)
+                    )
+                    is None
+                ):
+                    continue
                 shard.owned = False
                 shard.due_at = None
                 owned -= 1
                 changed = True
                 logger.info("dispatcher %s handed back %s", self.token, shard.label)
+        calls.raise_if_none_answered()
         return changed
 
-    def _renew(self, client: redis.Redis, ttl_ms: int) -> bool:
-        """Renew every owned lease in one round trip; True if one was lost."""
+    def _renew(self, client: redis.Redis, ttl_ms: int, calls: _Calls) -> bool:
+        """Renew every owned lease in one round trip (one per lease if that
+        failed); True if one was lost."""
         owned = [s for s in self.shards if s.owned]
         if not owned:
             return False
-        renewed = scripts.run_many(
+        args = (self.token, ttl_ms)
+        renewed: list[Any] | None = calls.make(
+            scripts.run_many,
             client,
-            [(self._lease, (s.keys.lease,), (self.token, ttl_ms)) for s in owned],
+            [(self._lease, (s.keys.lease,), args) for s in owned],
         )
+        if renewed is None:
+            # A node is down (a cluster failing over): renew lease by lease,
+            # so the shards of the nodes that answer keep theirs.
+            renewed = [
+                calls.make(self._lease, client, (s.keys.lease,), args) for s in owned
+            ]
         lost = False
         for shard, outcome in zip(owned, renewed, strict=True):
             if outcome == 0:
@@ -163,3 +196,26 @@ class Leases:
                 self._release(client, (shard.keys.lease,), (self.token,))
                 shard.owned = False
         client.zrem(self.members_key, self.token)
+
+
+class _Calls:
+    """Redis calls of one lease check: a failed call returns ``None`` and is
+    remembered, so the check goes on with the shards that answer."""
+
+    def __init__(self) -> None:
+        self.answered = 0
+        self.error: redis.RedisError | None = None
+
+    def make(self, function: Callable[..., Any], *args: Any) -> Any:
+        try:
+            result = function(*args)
+        except redis.RedisError as exc:
+            self.error = exc
+            return None
+        self.answered += 1
+        return result
+
+    def raise_if_none_answered(self) -> None:
+        """Raise the last error if no call answered (Redis is down)."""
+        if self.error is not None and not self.answered:
+            raise self.error

@@ -50,15 +50,24 @@ class Reclaimer:
                 return []
             self._next = now + max(self.visibility_timeout / 2, 0.1)
         min_idle_ms = int(self.visibility_timeout * 1000)
+        error: redis.RedisError | None = None
+        answered = False
         for stream, start in list(self._cursors.items()):
-            entries, cursor = streams.reclaim(
-                client,
-                stream,
-                consumer,
-                min_idle_ms=min_idle_ms,
-                count=RECLAIM_BATCH,
-                start=start,
-            )
+            try:
+                entries, cursor = streams.reclaim(
+                    client,
+                    stream,
+                    consumer,
+                    min_idle_ms=min_idle_ms,
+                    count=RECLAIM_BATCH,
+                    start=start,
+                )
+            except redis.RedisError as exc:
+                # On a Redis Cluster this stream's node may be failing over:
+                # the others are still worth a look.
+                error = exc
+                continue
+            answered = True
             self._cursors[stream] = cursor
             if entries:
                 logger.warning(
@@ -71,4 +80,6 @@ class Reclaimer:
                 with self._lock:
                     self._next = 0.0  # there may be more
                 return entries
+        if error is not None and not answered:
+            raise error
         return []

@@ -17,7 +17,12 @@ from django.utils import timezone
 
 from .models import DelayedTask, OutboxEntry, Status
 from .store import index
-from .store.connection import breaker_reason, get_client, note_failure
+from .store.connection import (
+    breaker_reason,
+    breaker_scope,
+    get_client,
+    note_failure,
+)
 from .timing import to_score
 
 logger = logging.getLogger(__name__)
@@ -47,7 +52,8 @@ def unindex_after_commit(tasks: Sequence[DelayedTask], action: str, using: str) 
 def _write(
     entries: list[index.IndexEntry], action: str, using: str, *, add: bool
 ) -> None:
-    skipped = breaker_reason()
+    scopes = {breaker_scope(entry.queue, entry.shard) for entry in entries}
+    skipped = breaker_reason(scopes)
     if skipped is not None:
         _to_outbox(
             entries, action, using, f"skipped, Redis failed just before: {skipped}"
@@ -60,7 +66,7 @@ def _write(
         else:
             index.remove(entries, client)
     except Exception as exc:
-        note_failure(exc)
+        note_failure(exc, scopes)
         # Whatever went wrong, the rows are committed: the caller must not see
         # an error for work that will happen. The outbox makes sure it does.
         logger.warning(

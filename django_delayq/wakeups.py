@@ -2,10 +2,16 @@
 
 ``schedule()`` pushes to the shard's wake list (in the same script as its
 ``ZADD``) when the new task is due before every other one. A dispatcher's
-:class:`WakeListener` thread blocks on the wake lists of the shards it owns
-with a long server-side timeout, and wakes the main loop as soon as one is
-pushed: idle, it costs one command per block, and a new earliest task is
-moved on time instead of after the loop's longest sleep.
+:class:`WakeListener` blocks on the wake lists of the shards it owns with a
+long server-side timeout, and wakes the main loop as soon as one is pushed:
+idle, it costs one command per block, and a new earliest task is moved on
+time instead of after the loop's longest sleep.
+
+On a single Redis one thread blocks on every owned shard's list with one
+``BLPOP``. On a Redis Cluster a ``BLPOP`` may only name keys of one slot,
+and each shard is a slot of its own (possibly on another node), so there is
+one thread per shard, each blocking on its own list: the same one command
+per ``BLOCK_SECONDS`` per shard when idle, and no polling.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from collections.abc import Sequence
 
 import redis
 
+from .conf import get_settings
 from .leases import Shard
 from .store.connection import BLOCK_SECONDS, get_client
 from .timing import retry_pause
@@ -45,20 +52,22 @@ class WakeListener:
         self.wake = wake
         self.stopping = stopping
         self.idle_wait = idle_wait
-        self._leases_changed = threading.Event()
-        #: the wake lists the thread is blocked on right now
-        self._listening: list[str] = []
+        # Shards one BLPOP may name together: all of them on one Redis, each
+        # alone on a cluster (one slot per shard).
+        together = (
+            [list(shards)]
+            if not get_settings().cluster
+            else [[shard] for shard in shards]
+        )
+        self._groups = [_Group(self, group) for group in together]
         #: wake lists pushed, handed to the main loop under a lock (the main
         #: loop alone writes ``Shard.due_at``)
         self._woken: set[str] = set()
         self._woken_lock = threading.Lock()
-        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._listen, name="delayq-dispatch-wake", daemon=True
-        )
-        self._thread.start()
+        for number, group in enumerate(self._groups):
+            group.start(f"delayq-dispatch-wake-{number}")
 
     def woken(self) -> set[str]:
         """The wake lists pushed since the last call."""
@@ -67,29 +76,60 @@ class WakeListener:
         return woken
 
     def nudge(self, client: redis.Redis) -> None:
-        """Make the thread re-read the owned shards (or see that we stop).
+        """Make the threads re-read the owned shards (or see that we stop).
 
-        A push to one of the wake lists it blocks on returns its BLPOP now;
-        the cost is one extra drain of that shard.
+        A push to a wake list a thread blocks on returns its BLPOP now; the
+        cost is one extra drain of that shard.
         """
+        for group in self._groups:
+            group.nudge(client)
+
+    def join(self) -> None:
+        """Wait for the threads to end, after ``stopping`` and a nudge."""
+        for group in self._groups:
+            group.join()
+
+    def _woke(self, name: str) -> None:
+        with self._woken_lock:
+            self._woken.add(name)
+        self.wake.set()
+
+
+class _Group:
+    """One thread blocking on the wake lists of some shards."""
+
+    def __init__(self, listener: WakeListener, shards: Sequence[Shard]) -> None:
+        self.listener = listener
+        self.shards = shards
+        self._leases_changed = threading.Event()
+        #: the wake lists the thread is blocked on right now
+        self._listening: list[str] = []
+        self._thread: threading.Thread | None = None
+
+    def start(self, name: str) -> None:
+        self._thread = threading.Thread(target=self._listen, name=name, daemon=True)
+        self._thread.start()
+
+    def nudge(self, client: redis.Redis) -> None:
         self._leases_changed.set()
         listening = self._listening
         if self._thread is not None and listening:
             client.lpush(listening[0], "1")
 
     def join(self) -> None:
-        """Wait for the thread to end, after ``stopping`` and a nudge."""
         if self._thread is not None:
             self._thread.join(timeout=BLOCK_SECONDS + 5)
 
     def _listen(self) -> None:
+        listener = self.listener
         client = get_client("blocking")
         failures = 0
-        while not self.stopping.is_set():
+        while not listener.stopping.is_set():
             self._leases_changed.clear()
             by_key = {s.keys.wake: s for s in self.shards if s.owned}
             if not by_key:
-                self._leases_changed.wait(self.idle_wait)
+                self._listening = []
+                self._leases_changed.wait(listener.idle_wait)
                 continue
             self._listening = list(by_key)
             try:
@@ -98,9 +138,7 @@ class WakeListener:
                     key = popped[0]
                     name = key.decode() if isinstance(key, bytes) else key
                     if by_key[name].owned:
-                        with self._woken_lock:
-                            self._woken.add(name)
-                        self.wake.set()
+                        listener._woke(name)
                     else:
                         # Handed back while we were blocked: the wake-up is
                         # for the shard's new owner, so put it back.
@@ -109,4 +147,4 @@ class WakeListener:
             except redis.RedisError as exc:
                 failures += 1
                 logger.debug("dispatcher listener: %s", exc)
-                self.stopping.wait(retry_pause(failures))
+                listener.stopping.wait(retry_pause(failures))

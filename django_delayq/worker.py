@@ -36,6 +36,7 @@ from .dbconn import recycle_connections
 from .exceptions import WorkerStuck
 from .group_commit import DEFAULT_BUDGET, DEFAULT_MAX_SIZE, Pacer
 from .inflight import InFlight
+from .readers import StreamReaders
 from .reclaim import Reclaimer
 from .store import streams
 from .store.connection import get_client
@@ -141,6 +142,23 @@ class Worker:
         self._in_flight = InFlight(self.streams)
         self.watchdog = Watchdog(DEFAULT_GRACE)
         self._reclaimer = Reclaimer(self.streams, self.visibility_timeout)
+        #: on a Redis Cluster, the threads that read the streams (see
+        #: :mod:`django_delayq.readers`); on one Redis each thread reads
+        self._readers = (
+            StreamReaders(
+                self.streams,
+                self._in_flight,
+                consumer_prefix=f"{self.name}-",
+                stopping=self._stopping,
+                batch=lambda: max(self.prefetch, self.pacer.size()),
+                backlog_limit=lambda: (
+                    self.concurrency * max(self.prefetch, self.pacer.size())
+                ),
+                block_ms=READ_BLOCK_MS,
+            )
+            if settings.cluster
+            else None
+        )
 
     # -- public ---------------------------------------------------------------
 
@@ -169,9 +187,15 @@ class Worker:
         ]
         for thread in threads:
             thread.start()
+        if self._readers is not None and not once:
+            self._readers.start()
         stuck = self._watch(client, threads)
+        consumers = [f"{self.name}-{n}" for n in range(self.concurrency)]
+        if self._readers is not None:
+            self._readers.join()
+            consumers += self._readers.consumers.values()
         self._in_flight.hand_back(client, self.name)
-        self._leave_group(client, [f"{self.name}-{n}" for n in range(self.concurrency)])
+        self._leave_group(client, consumers)
         if stuck:
             raise WorkerStuck(
                 f"worker {self.name}: {stuck} task(s) ran past their time limit "
@@ -345,20 +369,39 @@ class Worker:
             if not entries:
                 read = self._reclaimer.take(client, consumer)
                 self._count("reclaimed", len(read))
+                if not read and self._readers is not None and not once:
+                    entries = self._in_flight.take_arriving(size, READ_BLOCK_MS / 1000)
+                    self._readers.made_room()
+                    return entries
                 if not read:
-                    read = streams.read(
-                        client,
-                        consumer,
-                        self.streams,
-                        count=max(self.prefetch, size),
-                        block_ms=None if once else READ_BLOCK_MS,
-                    )
+                    read = self._read(client, consumer, max(self.prefetch, size), once)
                 self._in_flight.hold(read, consumer)
                 self._in_flight.wait(read[size:])
                 entries = read[:size]
             return entries
         finally:
             self._unreserve(size - len(entries))
+
+    def _read(
+        self, client: redis.Redis, consumer: str, count: int, once: bool
+    ) -> list[streams.Entry]:
+        """Read new entries: one blocking read of every stream on one Redis;
+        on a cluster (``--once`` only: readers read otherwise) each stream in
+        turn, without blocking, until one has entries."""
+        if self._readers is None:
+            return streams.read(
+                client,
+                consumer,
+                self.streams,
+                count=count,
+                block_ms=None if once else READ_BLOCK_MS,
+            )
+        for stream in self.streams:
+            if read := streams.read(
+                client, consumer, [stream], count=count, block_ms=None
+            ):
+                return read
+        return []
 
     def _reserve(self, size: int) -> int:
         """Take up to ``size`` of what ``max_tasks`` leaves; how much."""

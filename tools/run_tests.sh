@@ -8,8 +8,9 @@
 # and the process-supervision tests (PROCESS_TESTS), which are slow and do
 # not depend on the Python or Django version: with --faults LEG they run
 # once, after the legs, in LEG: the fault scenarios against each database,
-# the process tests against the last one only (they exercise processes and
-# signals, not the database).
+# the process tests and the Redis Sentinel and Redis Cluster scenarios
+# (TOPOLOGY_TESTS) against the last one only (they exercise processes, signals
+# and Redis topologies, not the database).
 # Likewise the browser tests (tests/browser: the example shop and the admin
 # in headless Chromium, on the example's own SQLite file): with --browser LEG
 # they run once, last, in LEG, and leave their screenshots in
@@ -34,6 +35,11 @@ dbs="sqlite postgres"
 PROCESS_TESTS=(
     tests/acceptance/test_worker_processes.py
     tests/acceptance/test_time_limit_processes.py
+)
+# Fault scenarios on a Sentinel set-up and on a Redis Cluster.
+TOPOLOGY_TESTS=(
+    tests/faults/test_sentinel_faults.py
+    tests/faults/test_cluster_faults.py
 )
 faults_leg=""
 browser_leg=""
@@ -115,10 +121,13 @@ done
 if [[ -n $faults_leg ]]; then
     last_db=${dbs##* }
     for db in $dbs; do
-        process_tests=()
-        [[ $db == "$last_db" ]] && process_tests=("${PROCESS_TESTS[@]}")
+        if [[ $db == "$last_db" ]]; then
+            once=("${PROCESS_TESTS[@]}")
+        else
+            once=("${TOPOLOGY_TESTS[@]/#/--ignore=}")
+        fi
         run_pytest "$faults_leg" "$db" "faults-$faults_leg" tests/faults \
-            "${process_tests[@]}" "${pytest_args[@]}"
+            "${once[@]}" "${pytest_args[@]}"
     done
 fi
 

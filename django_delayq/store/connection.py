@@ -1,4 +1,5 @@
-"""Redis clients built from ``DELAYQ["REDIS_URL"]``, ``["REDIS_SENTINEL"]`` or
+"""Redis clients built from ``DELAYQ["REDIS_URL"]`` (a single Redis, or any
+node of a Redis Cluster with ``["REDIS_CLUSTER"]``), ``["REDIS_SENTINEL"]`` or
 a django-redis cache.
 
 Each *role* gets its own connection pool with its own timeouts:
@@ -19,6 +20,10 @@ or turned into a replica (a failover): the command that met the old primary
 fails like any Redis error, and the loops' retry reaches the new one. The
 sentinels are asked with the role's connect timeout, so ``schedule()``
 waits at most ``REDIS_TIMEOUT`` per sentinel when they are all down.
+
+With ``REDIS_CLUSTER`` each role's client follows ``MOVED`` and ``ASK``
+redirects and re-reads the cluster's slot map when a node fails: see
+:mod:`django_delayq.store.cluster`.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Hashable, Iterable
 from typing import Any
 
 import redis
@@ -46,27 +52,48 @@ BLOCK_SECONDS = 30.0
 #: sends writes straight to the outbox, so a request that schedules several
 #: tasks while Redis hangs waits for one timeout, not one per task.
 BREAKER_SECONDS = 1.0
-_breaker: tuple[float, str] | None = None  # (open until, monotonic; reason)
+#: open breakers: scope (see :func:`breaker_scope`) -> (open until, monotonic;
+#: reason)
+_breakers: dict[Hashable, tuple[float, str]] = {}
+
+#: The scope of a breaker for every shard at once.
+ALL_SHARDS = "*"
 
 
-def trip_breaker(reason: str) -> None:
+def breaker_scope(queue: str, shard: int) -> Hashable:
+    """What a failed write to this shard makes the schedule path skip.
+
+    Every shard, on one Redis (they all fail together). On a Redis Cluster
+    only this shard: its node may be the one failing over, and the shards of
+    the other nodes must still be indexed at once.
+    """
+    return (queue, shard) if get_settings().cluster else ALL_SHARDS
+
+
+def trip_breaker(reason: str, scopes: Iterable[Hashable] = (ALL_SHARDS,)) -> None:
     """Note that Redis just failed: skip it for :data:`BREAKER_SECONDS`."""
-    global _breaker
-    _breaker = (time.monotonic() + BREAKER_SECONDS, reason)
+    until = time.monotonic() + BREAKER_SECONDS
+    for scope in scopes:
+        _breakers[scope] = (until, reason)
 
 
-def note_failure(exc: BaseException) -> None:
+def note_failure(
+    exc: BaseException, scopes: Iterable[Hashable] = (ALL_SHARDS,)
+) -> None:
     """Trip the breaker if ``exc`` says Redis is unreachable or too slow."""
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
-        trip_breaker(f"{type(exc).__name__}: {exc}")
+        trip_breaker(f"{type(exc).__name__}: {exc}", scopes)
 
 
-def breaker_reason() -> str | None:
-    """Why Redis is being skipped right now, or ``None`` to try it."""
-    breaker = _breaker
-    if breaker is None or time.monotonic() >= breaker[0]:
-        return None
-    return breaker[1]
+def breaker_reason(scopes: Iterable[Hashable] = (ALL_SHARDS,)) -> str | None:
+    """Why Redis is being skipped right now for one of ``scopes``, or
+    ``None`` to try it."""
+    now = time.monotonic()
+    for scope in scopes:
+        breaker = _breakers.get(scope)
+        if breaker is not None and now < breaker[0]:
+            return breaker[1]
+    return None
 
 
 def _role_options(role: str, settings: Settings) -> dict[str, Any]:
@@ -95,6 +122,11 @@ def _build(role: str, settings: Settings) -> redis.Redis:
     options = _role_options(role, settings)
     # Members are raw bytes: never decode responses.
     options["decode_responses"] = False
+    if settings.cluster:
+        assert settings.redis_url is not None
+        from .cluster import connect
+
+        return connect(settings.redis_url, options)
     if settings.redis_url is not None:
         pool = redis.ConnectionPool.from_url(settings.redis_url, **options)
         return redis.Redis(connection_pool=pool)
@@ -173,13 +205,17 @@ def _close(state: tuple[Settings, dict[str, redis.Redis]] | None) -> None:
     if state is None:
         return
     for client in state[1].values():
-        client.connection_pool.disconnect()
+        pool = getattr(client, "connection_pool", None)
+        if pool is not None:
+            pool.disconnect()
+        else:  # a cluster client: one pool per node
+            client.close()
 
 
 def reset() -> None:
     """Drop every client (tests call this after stopping a Redis server)."""
-    global _state, _breaker
+    global _state
     with _lock:
         _close(_state)
         _state = None
-        _breaker = None
+        _breakers.clear()

@@ -131,7 +131,10 @@ def read_shards(
 def describe(client: redis.Redis) -> str:
     """Where ``client`` connects, for messages: host, port and database,
     never the credentials."""
-    pool = client.connection_pool
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:  # a cluster client: one pool per node
+        nodes = client.get_nodes()  # type: ignore[attr-defined]
+        return f"a Redis Cluster of {len(nodes)} node(s)"
     kwargs = pool.connection_kwargs
     db = kwargs.get("db", 0)
     if kwargs.get("path"):

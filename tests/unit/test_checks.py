@@ -71,6 +71,12 @@ def test_e008_finds_tasks_in_modules_nothing_imported_yet(settings):
         ({"REDIS_SENTINEL": {**SENTINEL, "PASSWORD": 123}}, ["delayq.E012"]),
         ({"REDIS_SENTINEL": {**SENTINEL, "SSL": "yes"}}, ["delayq.E012"]),
         ({"REDIS_SENTINEL": {**SENTINEL, "MASTER": "x"}}, ["delayq.E012"]),
+        ({"REDIS_URL": URL, "REDIS_CLUSTER": "yes"}, ["delayq.E013"]),
+        ({"REDIS_URL": URL, "REDIS_CLUSTER": 1}, ["delayq.E013"]),
+        ({"REDIS_SENTINEL": SENTINEL, "REDIS_CLUSTER": True}, ["delayq.E013"]),
+        ({"CACHE_ALIAS": "default", "REDIS_CLUSTER": True}, ["delayq.E013"]),
+        ({"REDIS_URL": "redis://h:7000/2", "REDIS_CLUSTER": True}, ["delayq.E013"]),
+        ({"REDIS_URL": "unix:///r.sock", "REDIS_CLUSTER": True}, ["delayq.E013"]),
     ],
 )
 def test_each_bad_setting_has_its_own_check_id(settings, value, expected):
@@ -78,6 +84,26 @@ def test_each_bad_setting_has_its_own_check_id(settings, value, expected):
         "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     }
     assert ids(settings, value) == expected
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://10.0.0.1:7000", "redis://10.0.0.1:7000/0", "rediss://h:7000/"]
+)
+def test_a_cluster_needs_only_a_node_url(settings, url):
+    settings.DELAYQ = {"REDIS_URL": url, "REDIS_CLUSTER": True}
+    assert check_settings() == []
+    assert get_settings().cluster is True
+
+
+def test_e013_says_what_a_cluster_needs(settings):
+    settings.DELAYQ = {"REDIS_URL": "redis://h:7000/3", "REDIS_CLUSTER": True}
+    [message] = check_settings()
+    assert message.id == "delayq.E013"
+    assert "database '3'" in message.msg
+    assert "only database 0" in message.msg
+    settings.DELAYQ = {"REDIS_SENTINEL": SENTINEL, "REDIS_CLUSTER": True}
+    [message] = check_settings()
+    assert 'needs "REDIS_URL"; REDIS_SENTINEL is set' in message.msg
 
 
 def test_missing_setting_is_reported(settings):

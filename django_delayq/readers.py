@@ -1,0 +1,131 @@
+"""Reading the ready streams of a Redis Cluster: one blocking read per shard.
+
+On a single Redis each worker thread blocks on every stream it serves with
+one ``XREADGROUP``. On a Redis Cluster a command may only name keys of one
+slot, and each shard is a slot of its own, possibly on another node. So a
+worker process on a cluster runs one *reader* thread per stream: each is a
+consumer of its stream's group, blocks on that stream alone, and puts what
+it reads into the worker's backlog (:class:`~django_delayq.inflight.InFlight`),
+where the worker threads wait for it. An entry is therefore read as soon as
+it is added to any shard, with no polling: idle, a reader costs one command
+per ``READ_BLOCK_MS`` for its shard.
+
+A reader reads only while the backlog is short (about one group's worth per
+worker thread), so a busy worker does not take entries that another, idle
+worker could run now. What it read stays heartbeated and, if the worker
+stops, is handed back like any backlog entry.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+import redis
+
+from .inflight import InFlight
+from .store import streams
+from .store.connection import get_client
+from .timing import retry_pause
+
+logger = logging.getLogger(__name__)
+
+
+class StreamReaders:
+    """One reader thread per stream, feeding a worker's backlog.
+
+    :param consumer_prefix: a reader of stream N is consumer
+        ``<consumer_prefix>r<N>``.
+    :param batch: how many entries a read takes at most, asked before each
+        read (the next group's size, or the prefetch if more).
+    :param backlog_limit: the backlog length at which readers stop reading.
+    """
+
+    def __init__(
+        self,
+        stream_names: Sequence[str],
+        in_flight: InFlight,
+        *,
+        consumer_prefix: str,
+        stopping: threading.Event,
+        batch: Callable[[], int],
+        backlog_limit: Callable[[], int],
+        block_ms: int,
+    ) -> None:
+        self.in_flight = in_flight
+        self.stopping = stopping
+        self.batch = batch
+        self.backlog_limit = backlog_limit
+        self.block_ms = block_ms
+        self.consumers = {
+            stream: f"{consumer_prefix}r{number}"
+            for number, stream in enumerate(stream_names)
+        }
+        self._threads: list[threading.Thread] = []
+        #: notified when worker threads take from the backlog
+        self._room = threading.Event()
+
+    def start(self) -> None:
+        for number, stream in enumerate(self.consumers):
+            thread = threading.Thread(
+                target=self._read,
+                args=(stream,),
+                name=f"delayq-reader-{number}",
+                daemon=True,
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def made_room(self) -> None:
+        """Say that the backlog shrank (a worker thread took from it)."""
+        self._room.set()
+
+    def join(self) -> None:
+        """Wait for the readers to see ``stopping`` (one blocking read)."""
+        for thread in self._threads:
+            thread.join(timeout=self.block_ms / 1000 + 5)
+
+    def _read(self, stream: str) -> None:
+        client = get_client("blocking")
+        consumer = self.consumers[stream]
+        failures = 0
+        while not self.stopping.is_set():
+            if self.in_flight.waiting() >= self.backlog_limit():
+                self._room.clear()
+                # Re-checked after the clear: a take in between is not missed.
+                if self.in_flight.waiting() >= self.backlog_limit():
+                    self._room.wait(self.block_ms / 1000)
+                continue
+            try:
+                read = streams.read(
+                    client,
+                    consumer,
+                    [stream],
+                    count=self.batch(),
+                    block_ms=self.block_ms,
+                )
+                if failures:
+                    logger.warning(
+                        "worker %s: reading again, after %d failed attempt(s)",
+                        consumer,
+                        failures,
+                    )
+                failures = 0
+            except redis.RedisError as exc:
+                failures += 1
+                # Capped low: a failing node costs a refused connection a
+                # second, and its shard is read again soon after a failover.
+                pause = retry_pause(failures, cap=1.0)
+                logger.warning(
+                    "worker %s: %s: %s; retrying in %.1f s",
+                    consumer,
+                    type(exc).__name__,
+                    exc,
+                    pause,
+                )
+                self.stopping.wait(pause)
+                continue
+            if read:
+                self.in_flight.hold(read, consumer)
+                self.in_flight.wait(read)
