@@ -147,7 +147,10 @@ class RedisCluster:
         cluster says ok again."""
 
         def taken_over() -> bool:
+            # The old primary may be alive but frozen (SIGSTOP): not asked.
             for node in self._running():
+                if node is old:
+                    continue
                 with self._client(node.port) as client:
                     if client.cluster("info").get("cluster_state") != "ok":
                         return False
@@ -157,6 +160,32 @@ class RedisCluster:
             return True
 
         self._wait(taken_over, "replica taking over the killed primary", timeout)
+
+    def manual_failover(self, replica: ClusterNode, timeout: float = 30.0) -> None:
+        """``CLUSTER FAILOVER`` on ``replica``: a graceful hand-over, in which
+        its primary stops taking writes until the replica has caught up."""
+        with self._client(replica.port) as client:
+            client.execute_command("CLUSTER FAILOVER")
+
+        def promoted() -> bool:
+            with self._client(replica.port) as client:
+                if client.info("replication").get("role") != "master":
+                    return False
+            return self._settled()
+
+        self._wait(promoted, "replica promoted by CLUSTER FAILOVER", timeout)
+
+    def wait_for_rejoin(self, node: ClusterNode, timeout: float = 30.0) -> None:
+        """Wait until ``node`` (a failed-over primary, back) serves as a
+        replica and every node sees the cluster as ok."""
+
+        def rejoined() -> bool:
+            with self._client(node.port) as client:
+                if client.info("replication").get("role") != "slave":
+                    return False
+            return self._settled()
+
+        self._wait(rejoined, "old primary back as a replica", timeout)
 
     def move_slot(self, key: str | bytes, target: ClusterNode) -> None:
         """Migrate ``key``'s slot, keys included, to ``target`` the way

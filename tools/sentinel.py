@@ -158,6 +158,21 @@ class SentinelSet:
 
         self._wait(promoted, "a replica promoted", timeout)
 
+    def wait_for_rejoin(self, server: RedisServer, timeout: float = 30.0) -> None:
+        """Wait until ``server`` (an old primary, restarted) is a replica of
+        the primary the sentinels name, in sync with it."""
+
+        def rejoined() -> bool:
+            with self._client(server.port) as client:
+                info = client.info("replication")
+            return (
+                info.get("role") == "slave"
+                and int(info.get("master_port", 0)) == self._primary_port()
+                and info.get("master_link_status") == "up"
+            )
+
+        self._wait(rejoined, "old primary back as a replica", timeout)
+
     # -- internals ----------------------------------------------------------
 
     def _client(self, port: int) -> redis.Redis:

@@ -259,3 +259,66 @@ def test_slots_migrate_while_tasks_flow(cluster_rig: ClusterRig) -> None:
         ),
         notes=lambda: sweep_totals(sweeper),
     )
+
+
+def test_a_manual_cluster_failover_under_load(cluster_rig: ClusterRig) -> None:
+    """``CLUSTER FAILOVER``: an operator hands a shard's slots to the
+    replica (an upgrade, a host to drain) while tasks flow."""
+    rig, cluster = cluster_rig, cluster_rig.cluster
+    sweeper, *procs = [rig.sweeper(), rig.dispatcher(), rig.worker(), rig.worker()]
+    rig.wait_ready(sweeper, *procs)
+    batch = schedule_records("before", 150, delay=lambda i: 0.3 + i * 0.02)
+    time.sleep(1.0)  # tasks flowing
+    primary = cluster.primary_of(_ready_key(0))
+    cluster.manual_failover(cluster.replica_of(primary))
+    assert cluster.primary_of(_ready_key(0)) is not primary
+    batch += schedule_records("after", 50, delay=lambda i: 0.2)
+
+    check(
+        rig,
+        "cluster primary handed over with CLUSTER FAILOVER",
+        Expect(
+            committed=batch.keys,
+            rolled_back=batch.rolled_back,
+            max_lateness=SWEEP_INTERVAL + 6.0,
+        ),
+        notes=lambda: sweep_totals(sweeper),
+    )
+
+
+def test_a_cluster_primary_stalled_past_its_failover(cluster_rig: ClusterRig) -> None:
+    """The primary of a shard freezes (SIGSTOP: a stalled host, a long GC
+    pause of a VM) for longer than the node timeout; its replica takes over,
+    and when it wakes up it finds itself a replica. Clients blocked on it
+    must give up and follow the new slot map."""
+    rig, cluster = cluster_rig, cluster_rig.cluster
+    sweeper, *procs = [rig.sweeper(), rig.dispatcher(), rig.worker(), rig.worker()]
+    rig.wait_ready(sweeper, *procs)
+    batch = schedule_records("before", 150, delay=lambda i: 0.5 + i * 0.02)
+    time.sleep(1.5)  # tasks flowing
+    stalled = cluster.primary_of(_ready_key(0))
+    assert stalled.pid is not None
+    os.kill(stalled.pid, signal.SIGSTOP)
+    frozen = time.monotonic()
+    try:
+        # Writes for its shards wait REDIS_TIMEOUT, then go to the outbox.
+        batch += schedule_records("stalled", 30, delay=lambda i: 0.2)
+        cluster.wait_for_failover(stalled)
+        failover = time.monotonic() - frozen
+    finally:
+        os.kill(stalled.pid, signal.SIGCONT)
+    cluster.wait_for_rejoin(stalled)
+    batch += schedule_records("after", 50, delay=lambda i: 0.2)
+
+    check(
+        rig,
+        "cluster primary stalled (SIGSTOP) past its failover, then resumed",
+        Expect(
+            committed=batch.keys,
+            rolled_back=batch.rolled_back,
+            # A read blocked on the frozen node ends when its socket times
+            # out, or when the node wakes up and unblocks it as a replica.
+            max_lateness=failover + SWEEP_INTERVAL + 6.0,
+        ),
+        notes=lambda: f"failover took {failover:.1f} s; {sweep_totals(sweeper)}",
+    )

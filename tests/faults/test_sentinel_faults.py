@@ -164,3 +164,38 @@ def test_the_sentinel_primary_killed_under_load(sentinel_rig: SentinelRig) -> No
     assert "sweep: Redis and the database answer again, after" in sweeper.log()
     for worker in workers:
         assert "working again, after" in worker.log(), worker.tail()
+
+
+def test_the_old_sentinel_primary_comes_back_with_stale_data(
+    sentinel_rig: SentinelRig,
+) -> None:
+    """The killed primary restarts from a snapshot older than the failover:
+    the sentinels make it a replica of the new primary, which replaces its
+    stale due-sets and streams; nothing it held runs again or is lost."""
+    rig = sentinel_rig
+    sweeper, *procs = [rig.sweeper(), rig.dispatcher(), rig.worker(), rig.worker()]
+    rig.wait_ready(sweeper, *procs)
+    batch = schedule_records("before", 120, delay=lambda i: 0.5 + i * 0.02)
+    time.sleep(1.0)  # tasks flowing
+    old = rig.sentinels.primary()
+    old.call("SAVE")  # what it will come back with
+    time.sleep(1.0)  # tasks run on: the snapshot goes stale
+    rig.sentinels.kill_primary()
+    batch += schedule_records("during", 20, delay=lambda i: 0.2)
+    rig.sentinels.wait_for_failover(old)
+    old.persistence = True  # restart from the snapshot instead of empty
+    old.start()
+    assert "DB loaded from disk" in old.log_path.read_text()
+    rig.sentinels.wait_for_rejoin(old)
+    batch += schedule_records("after", 40, delay=lambda i: 0.2)
+
+    check(
+        rig,
+        "old sentinel primary back from a stale snapshot",
+        Expect(
+            committed=batch.keys,
+            rolled_back=batch.rolled_back,
+            max_lateness=SWEEP_INTERVAL + 8.0,
+        ),
+        notes=lambda: sweep_totals(sweeper),
+    )
