@@ -32,6 +32,32 @@ from .timing import retry_pause
 logger = logging.getLogger(__name__)
 
 
+def read_now(
+    client: redis.Redis,
+    consumer: str,
+    stream_names: Sequence[str],
+    *,
+    count: int,
+    block_ms: int | None,
+    one_at_a_time: bool,
+) -> list[streams.Entry]:
+    """Read new entries for ``consumer`` from its own thread.
+
+    On one Redis: one read of every stream, blocking up to ``block_ms``
+    (``None``: not at all). On a cluster (``one_at_a_time``; only for
+    ``--once``, as readers read otherwise): each stream in turn, without
+    blocking, until one has entries.
+    """
+    if not one_at_a_time:
+        return streams.read(
+            client, consumer, stream_names, count=count, block_ms=block_ms
+        )
+    for stream in stream_names:
+        if read := streams.read(client, consumer, [stream], count=count, block_ms=None):
+            return read
+    return []
+
+
 class StreamReaders:
     """One reader thread per stream, feeding a worker's backlog.
 

@@ -36,7 +36,8 @@ from .dbconn import recycle_connections
 from .exceptions import WorkerStuck
 from .group_commit import DEFAULT_BUDGET, DEFAULT_MAX_SIZE, Pacer
 from .inflight import InFlight
-from .readers import StreamReaders
+from .quota import Quota
+from .readers import StreamReaders, read_now
 from .reclaim import Reclaimer
 from .store import streams
 from .store.connection import get_client
@@ -114,9 +115,7 @@ class Worker:
                 f"got {group_budget}."
             )
         self.pacer = Pacer(budget=group_budget, max_size=group_size)
-        self.max_tasks = max_tasks
-        self._taken = 0  # entries handed to threads (or reserved), for max_tasks
-        self._taken_lock = threading.Lock()
+        self._quota = Quota(max_tasks)
         if visibility_timeout is not None and not visibility_timeout > 0:
             raise ValueError(
                 f"visibility_timeout must be a positive number of seconds; "
@@ -161,6 +160,16 @@ class Worker:
         )
 
     # -- public ---------------------------------------------------------------
+
+    @property
+    def max_tasks(self) -> int | None:
+        """Tasks to take before stopping (``None``: no limit); may be set
+        before :meth:`run`."""
+        return self._quota.limit
+
+    @max_tasks.setter
+    def max_tasks(self, limit: int | None) -> None:
+        self._quota.limit = limit
 
     def run(self, *, once: bool = False) -> WorkerStats:
         """Work until :meth:`stop` (or, with ``once``, until nothing is ready)."""
@@ -359,7 +368,7 @@ class Worker:
         As many as the next group can take; a read that brings more leaves
         the rest in the backlog, for whichever thread is free first.
         """
-        size = self._reserve(self.pacer.size())
+        size = self._quota.reserve(self.pacer.size())
         if not size:
             self.stop()  # max_tasks reached
             return []
@@ -374,48 +383,20 @@ class Worker:
                     self._readers.made_room()
                     return entries
                 if not read:
-                    read = self._read(client, consumer, max(self.prefetch, size), once)
+                    read = read_now(
+                        client,
+                        consumer,
+                        self.streams,
+                        count=max(self.prefetch, size),
+                        block_ms=None if once else READ_BLOCK_MS,
+                        one_at_a_time=self._readers is not None,
+                    )
                 self._in_flight.hold(read, consumer)
                 self._in_flight.wait(read[size:])
                 entries = read[:size]
             return entries
         finally:
-            self._unreserve(size - len(entries))
-
-    def _read(
-        self, client: redis.Redis, consumer: str, count: int, once: bool
-    ) -> list[streams.Entry]:
-        """Read new entries: one blocking read of every stream on one Redis;
-        on a cluster (``--once`` only: readers read otherwise) each stream in
-        turn, without blocking, until one has entries."""
-        if self._readers is None:
-            return streams.read(
-                client,
-                consumer,
-                self.streams,
-                count=count,
-                block_ms=None if once else READ_BLOCK_MS,
-            )
-        for stream in self.streams:
-            if read := streams.read(
-                client, consumer, [stream], count=count, block_ms=None
-            ):
-                return read
-        return []
-
-    def _reserve(self, size: int) -> int:
-        """Take up to ``size`` of what ``max_tasks`` leaves; how much."""
-        if self.max_tasks is None:
-            return size
-        with self._taken_lock:
-            granted = max(0, min(size, self.max_tasks - self._taken))
-            self._taken += granted
-            return granted
-
-    def _unreserve(self, unused: int) -> None:
-        if self.max_tasks is not None and unused > 0:
-            with self._taken_lock:
-                self._taken -= unused
+            self._quota.give_back(size - len(entries))
 
     def _count(self, field: str, amount: int = 1) -> None:
         if amount:
