@@ -204,6 +204,12 @@ def measure(plan: Plan, *, peers: Sequence[str], quick: bool) -> dict[str, Any]:
             "--json",
             timeout=3600,
         )
+        if not quick:
+            # Six more redis-servers: a full run only, on a quiet machine.
+            _say("Redis Cluster against one Redis: move rate, started/s, recovery")
+            results["cluster"] = _child(
+                env, "benchmarks.cluster", "--db", "postgres", "--json", timeout=1800
+            )
         if peers:
             # The PostgreSQL peers get a fresh database each on this server.
             results["peers"] = _peers(plan, peers, quick, pg.url)

@@ -34,6 +34,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from benchmarks.stats import lateness_summary
 
@@ -47,6 +48,33 @@ def setup(db: str) -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0, interactive=False)
+
+
+def bench_client() -> Any:
+    """A client of the benchmark's Redis: a cluster client when
+    ``DELAYQ_REDIS_CLUSTER=1`` (see ``benchmarks.cluster``)."""
+    import redis
+
+    url = os.environ["DELAYQ_REDIS_URL"]
+    if os.environ.get("DELAYQ_REDIS_CLUSTER") == "1":
+        from redis.cluster import RedisCluster
+
+        return RedisCluster.from_url(url)
+    return redis.Redis.from_url(url)
+
+
+def _blocked_readers(client: Any) -> int:
+    """Connections blocked in ``XREADGROUP``, over every node."""
+    nodes = client.get_primaries() if hasattr(client, "get_primaries") else [None]
+    blocked = 0
+    for node in nodes:
+        listed = (
+            client.client_list()
+            if node is None
+            else client.client_list(target_nodes=node)
+        )
+        blocked += sum(1 for c in listed if c.get("cmd") == "xreadgroup")
+    return blocked
 
 
 def _command(name: str, *args: str) -> list[str]:
@@ -73,9 +101,11 @@ def running(
     extra_worker_args: Sequence[str] = (),
 ) -> Iterator[None]:
     """A dispatcher and ``workers`` worker processes, stopped on exit by PID."""
-    import redis
-
-    client = redis.Redis.from_url(os.environ["DELAYQ_REDIS_URL"])
+    client = bench_client()
+    # On a cluster each worker process blocks once per shard (its readers),
+    # on one Redis once per thread.
+    shards = int(os.environ.get("DELAYQ_BENCH_SHARDS", "1"))
+    cluster = os.environ.get("DELAYQ_REDIS_CLUSTER") == "1"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     extra = worker_args(prefetch, concurrency, extra_worker_args)
     argvs = [_command("delayq_dispatch", "-v", "0")]
@@ -90,10 +120,9 @@ def running(
         while time.monotonic() < deadline:
             if any(p.poll() is not None for p in processes):
                 raise RuntimeError("a benchmark process exited during start-up")
-            reading = sum(
-                1 for c in client.client_list() if c.get("cmd") == "xreadgroup"
-            )
-            if reading >= workers * concurrency and client.exists(
+            reading = _blocked_readers(client)
+            blocking = shards if cluster else concurrency
+            if reading >= workers * blocking and client.exists(
                 "delayq:{default:0}:lease"
             ):
                 break
@@ -127,7 +156,6 @@ def scenario(
 ) -> dict[str, float]:
     """Run ``n`` tasks due evenly over ``window`` seconds (all at once with
     ``all_due``); return the figures."""
-    import redis
     from django.db import connection
     from django.utils import timezone
 
@@ -137,7 +165,7 @@ def scenario(
     from django_delayq.models import DelayedTask, Status
 
     func = KINDS[kind]
-    client = redis.Redis.from_url(os.environ["DELAYQ_REDIS_URL"])
+    client = bench_client()
     client.flushall()
     DelayedTask.objects.all().delete()
     BenchRow.objects.all().delete()

@@ -246,6 +246,57 @@ def _footprint(results: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _cluster(results: dict[str, Any]) -> list[str]:
+    run = results.get("cluster")
+    if not run:
+        return []
+    single, cluster, recovery = run["single"], run["cluster"], run["recovery"]
+    when = datetime.datetime.fromtimestamp(run["run_at"], datetime.UTC)
+
+    def ratio(key: str) -> str:
+        return f"{cluster[key] / single[key]:.2f}x" if single[key] else "n/a"
+
+    return [
+        "## Redis Cluster against one Redis (PostgreSQL)",
+        "",
+        f"`python -m benchmarks.cluster`: the same {run['shards']} shards on one "
+        "redis-server and on a cluster of three primaries with a replica each "
+        "(`tools/cluster.py`), all on this machine. Move rate: a backlog of "
+        f"{run['backlog']:,} due ids over every shard, moved by one "
+        f"`delayq_dispatch --once` pass. Started/s: {run['tasks']:,} tasks all "
+        f"due at once, one dispatcher and {run['workers']} worker processes. "
+        f"Measured at {when:%Y-%m-%d %H:%M} UTC.",
+        "",
+        "| | one Redis | cluster | cluster / one Redis |",
+        "|---|---:|---:|---:|",
+        f"| move rate, ids/s | {_num(single['move_ids_per_s'])} "
+        f"| {_num(cluster['move_ids_per_s'])} | {ratio('move_ids_per_s')} |",
+        f"| started/s | {_num(single['started_per_s'])} "
+        f"| {_num(cluster['started_per_s'])} | {ratio('started_per_s')} |",
+        f"| lateness to start p99, ms | {_num(single['p99_ms'])} "
+        f"| {_num(cluster['p99_ms'])} | |",
+        "",
+        f"Recovery: {recovery['tasks']:,} tasks due steadily, a sweeper running, "
+        f"and the primary serving shard 0 ({recovery['shards_on_killed_primary']} "
+        f"of the {run['shards']} shards) SIGKILLed: a replica served its slots after "
+        f"{recovery['failover_s']:.1f} s, its shards started tasks again "
+        f"{recovery['running_again_s']:.1f} s after the kill, the latest task "
+        f"started {recovery['worst_lateness_s']:.1f} s after its due time, and "
+        f"{recovery['ran']:,} of {recovery['tasks']:,} ran.",
+        "",
+        "What scales and what does not here: on two cores the cluster's six "
+        "redis-servers, each primary's replication and the cluster client's "
+        "routing share the CPU with the dispatcher and workers, so a cluster is "
+        "slower than one Redis on this machine; what it buys is that a failed "
+        "primary stops only its own shards, for a few seconds. Across machines "
+        "each primary moves and serves its own shards, so the move rate and "
+        "the Redis side of started/s grow with the primaries as long as the "
+        "queues have more shards than primaries; the database's commits and "
+        "the workers' CPU then bound what the workers start, as on one Redis.",
+        "",
+    ]
+
+
 def _peers(results: dict[str, Any]) -> list[str]:
     peers = results.get("peers")
     if not peers:
@@ -476,6 +527,7 @@ def render(results: dict[str, Any]) -> str:
         *_end_to_end(results),
         *_throughput(results),
         *_footprint(results),
+        *_cluster(results),
         *_peers(results),
         *_limits(),
     ]

@@ -32,4 +32,9 @@ DATABASES = {
         }
     )
 }
-DELAYQ = {"REDIS_URL": os.environ.get("DELAYQ_REDIS_URL", "redis://127.0.0.1:6379/0")}
+DELAYQ = {
+    "REDIS_URL": os.environ.get("DELAYQ_REDIS_URL", "redis://127.0.0.1:6379/0"),
+    # benchmarks.cluster runs the same scenarios on a Redis Cluster.
+    "REDIS_CLUSTER": os.environ.get("DELAYQ_REDIS_CLUSTER") == "1",
+    "QUEUES": {"default": {"shards": int(os.environ.get("DELAYQ_BENCH_SHARDS", "1"))}},
+}

@@ -375,6 +375,8 @@ class Worker:
         entries: list[streams.Entry] = []
         try:
             entries = self._in_flight.take(size)
+            if entries and self._readers is not None:
+                self._readers.made_room()
             if not entries:
                 read = self._reclaimer.take(client, consumer)
                 self._count("reclaimed", len(read))
