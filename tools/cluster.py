@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -32,6 +31,7 @@ from tools.servers import (
     ServerError,
     _redis_binary,
     free_port,
+    wait_until,
 )
 
 #: How long a node may go without answering before the others fail it over.
@@ -257,13 +257,6 @@ class RedisCluster:
         return redis.Redis(LOOPBACK, port, socket_timeout=2.0)
 
     def _wait(self, condition: Any, what: str, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                if condition():
-                    return
-            except redis.RedisError:
-                pass
-            if time.monotonic() > deadline:
-                raise ServerError(f"redis cluster: no {what} after {timeout:g} s")
-            time.sleep(0.1)
+        wait_until(
+            condition, f"redis cluster: {what}", timeout, ignoring=(redis.RedisError,)
+        )

@@ -15,14 +15,13 @@ Needs redis-py (the tests' virtualenv has it), unlike tools.servers.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
 import redis
 
-from tools.servers import LOOPBACK, RedisServer, ServerError
+from tools.servers import LOOPBACK, RedisServer, ServerError, wait_until
 
 SERVICE = "mymaster"
 
@@ -204,13 +203,6 @@ class SentinelSet:
         return True
 
     def _wait(self, condition: Any, what: str, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                if condition():
-                    return
-            except redis.RedisError:
-                pass
-            if time.monotonic() > deadline:
-                raise ServerError(f"sentinel set-up: no {what} after {timeout:g} s")
-            time.sleep(0.1)
+        wait_until(
+            condition, f"sentinel set-up: {what}", timeout, ignoring=(redis.RedisError,)
+        )

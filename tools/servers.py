@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, BinaryIO, Self
@@ -45,6 +45,7 @@ __all__ = [
     "ServerError",
     "free_port",
     "main",
+    "wait_until",
 ]
 
 LOOPBACK = "127.0.0.1"
@@ -68,6 +69,28 @@ def free_port() -> int:
         sock.bind((LOOPBACK, 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def wait_until(
+    condition: Callable[[], object],
+    what: str,
+    timeout: float = 30.0,
+    *,
+    ignoring: tuple[type[BaseException], ...] = (),
+) -> None:
+    """Poll ``condition`` every 0.1 s until it is true; :class:`ServerError`
+    naming ``what`` after ``timeout`` seconds. Exceptions of the ``ignoring``
+    types count as "not yet" (a server still starting refuses connections)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if condition():
+                return
+        except ignoring:
+            pass
+        if time.monotonic() > deadline:
+            raise ServerError(f"not reached within {timeout:g} s: {what}")
+        time.sleep(0.1)
 
 
 class _Server:

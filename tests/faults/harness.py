@@ -359,11 +359,16 @@ def schedule_bulk(
     return batch
 
 
+def sweep_count(sweeper: Proc, what: str) -> int:
+    """How many tasks a sweeper's passes ``what`` ("reindexed"...) in all,
+    from its log."""
+    return sum(map(int, re.findall(rf"\b{what} (\d+)", sweeper.log())))
+
+
 def sweep_totals(sweeper: Proc) -> str:
     """What a sweeper's passes repaired in total, from its log."""
-    log = sweeper.log()
     totals = {
-        what: sum(map(int, re.findall(rf"\b{what} (\d+)", log)))
+        what: sweep_count(sweeper, what)
         for what in ("replayed", "reindexed", "removed", "corrected", "recovered")
     }
     return "sweeper " + ", ".join(f"{what} {n}" for what, n in totals.items())

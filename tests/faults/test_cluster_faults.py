@@ -11,7 +11,6 @@ to the sweeper that is one more Redis data loss, repaired from the rows (I1).
 from __future__ import annotations
 
 import os
-import re
 import signal
 import threading
 import time
@@ -35,6 +34,7 @@ from tests.faults.harness import (
     SWEEP_INTERVAL,
     Rig,
     schedule_records,
+    sweep_count,
     sweep_totals,
     wait_for,
 )
@@ -214,7 +214,7 @@ def test_a_cluster_primary_killed_under_load(cluster_rig: ClusterRig) -> None:
     )
     # Some of the unreplicated tasks were on the dead primary's shards: the
     # promoted replica never had them, and the sweeper put them back.
-    reindexed = sum(map(int, re.findall(r"\breindexed (\d+)", sweeper.log())))
+    reindexed = sweep_count(sweeper, "reindexed")
     assert reindexed >= 1, sweep_totals(sweeper)
     # The shards the other primaries serve did not wait for the failover:
     # their tasks due meanwhile ran before the replica took over.

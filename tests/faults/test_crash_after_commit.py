@@ -5,7 +5,6 @@ nor after a committed cancel (I6)."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from typing import Any
@@ -18,6 +17,7 @@ from tests.faults.harness import (
     SWEEP_INTERVAL,
     Rig,
     schedule_records,
+    sweep_count,
     sweep_totals,
 )
 from tests.faults.invariants import Expect, check
@@ -75,7 +75,7 @@ def test_tasks_committed_by_a_process_killed_before_its_redis_write_run(
 
     # Evidence that Redis never heard of them: the sweeper's passes indexed
     # that many again, no more (a task that ran meanwhile is no repair).
-    reindexed = sum(map(int, re.findall(r"\breindexed (\d+)", procs[0].log())))
+    reindexed = sweep_count(procs[0], "reindexed")
     assert reindexed == len(committed), sweep_totals(procs[0])
     assert report.tasks_run == len(committed)
 

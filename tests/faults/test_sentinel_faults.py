@@ -8,7 +8,6 @@ to the sweeper that is one more Redis data loss, repaired from the rows
 from __future__ import annotations
 
 import os
-import re
 import signal
 import time
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ from tests.faults.harness import (
     SWEEP_INTERVAL,
     Rig,
     schedule_records,
+    sweep_count,
     sweep_totals,
 )
 from tests.faults.invariants import Expect, check
@@ -156,7 +156,7 @@ def test_the_sentinel_primary_killed_under_load(sentinel_rig: SentinelRig) -> No
     )
     # The promoted replica never had the frozen moments' writes: the
     # sweeper put those tasks back from their rows.
-    reindexed = sum(map(int, re.findall(r"\breindexed (\d+)", sweeper.log())))
+    reindexed = sweep_count(sweeper, "reindexed")
     assert reindexed >= len(unreplicated.committed), sweep_totals(sweeper)
     # Each command said when Redis was back.
     dispatcher, *workers = procs
