@@ -23,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 from django.utils import timezone
 
 from . import registry, transitions
@@ -32,6 +31,7 @@ from .execution import Disposition, Outcome, execute, start, unknown_task, write
 from .group_commit import Pacer, run_group
 from .models import DelayedTask
 from .store import streams
+from .store.connection import Client
 from .time_limits import Abandoned, Watchdog
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class Batch:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Client,
         consumer: str,
         *,
         dead: dict[str, str],

@@ -25,12 +25,11 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import redis
-
 from .conf import get_settings
+from .exceptions import RedisUnavailable
 from .leases import Leases, Shard
-from .store import scripts
-from .store.connection import get_client
+from .store import index, wake_lists
+from .store.connection import Client, get_client
 from .store.keys import dispatchers_key, shard_keys
 from .timing import retry_pause
 from .wakeups import WakeListener
@@ -103,7 +102,6 @@ class Dispatcher:
             stopping=self._stopping,
             idle_wait=lease_ttl / 2,
         )
-        self._move = scripts.load("move")
 
     # -- public ---------------------------------------------------------------
 
@@ -146,7 +144,7 @@ class Dispatcher:
                             failures,
                         )
                     failures = 0
-                except redis.RedisError as exc:
+                except RedisUnavailable as exc:
                     if once:
                         raise  # one pass asked for: say it could not be made
                     failures += 1
@@ -176,7 +174,7 @@ class Dispatcher:
             if shard.owned and shard.keys.wake in woken:
                 shard.due_at = now
 
-    def _drain(self, client: redis.Redis, once: bool = False) -> None:
+    def _drain(self, client: Client, once: bool = False) -> None:
         """Move what is due on every owned shard that is due or was woken.
 
         On a Redis Cluster a shard whose node fails is retried on its own
@@ -187,14 +185,14 @@ class Dispatcher:
         could not be made.
         """
         now = time.monotonic()
-        failed: list[tuple[Shard, redis.RedisError]] = []
+        failed: list[tuple[Shard, RedisUnavailable]] = []
         answered = False
         for shard in self.shards:
             if not shard.owned or shard.due_at is None or shard.due_at > now:
                 continue
             try:
                 self._drain_shard(client, shard)
-            except redis.RedisError as exc:
+            except RedisUnavailable as exc:
                 failed.append((shard, exc))
                 continue
             answered = True
@@ -221,19 +219,17 @@ class Dispatcher:
                 pause,
             )
 
-    def _drain_shard(self, client: redis.Redis, shard: Shard) -> None:
+    def _drain_shard(self, client: Client, shard: Shard) -> None:
         """Move what is due on one shard, and time its next due task."""
         while not self._stopping.is_set():
             sent = time.monotonic()
-            moved, head, redis_now, redis_us = self._move(
-                client,
-                (shard.keys.due, shard.keys.ready, shard.keys.lease),
-                (self.token, self.batch_size),
+            moved, head, redis_now, redis_us = index.move_due(
+                client, shard.keys, self.token, self.batch_size
             )
             if moved < 0:
                 # Another dispatcher holds the shard now. If a wake-up
                 # brought us here, it was meant for the new owner.
-                client.lpush(shard.keys.wake, "1")
+                wake_lists.wake(client, shard.keys.wake)
                 self.leases.lose(shard)
                 self._listener.nudge(client)
                 break
@@ -267,11 +263,11 @@ class Dispatcher:
         if timeout > 0:
             self._wake.wait(timeout)
 
-    def _hand_back(self, client: redis.Redis) -> None:
+    def _hand_back(self, client: Client) -> None:
         try:
             self._stopping.set()
             self._listener.nudge(client)
             self._listener.join()
             self.leases.release_all(client)
-        except redis.RedisError as exc:
+        except RedisUnavailable as exc:
             logger.warning("dispatcher: could not hand back leases: %s", exc)

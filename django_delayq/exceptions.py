@@ -8,6 +8,7 @@ working.
 
 from __future__ import annotations
 
+import redis
 from django.core.exceptions import ImproperlyConfigured
 
 
@@ -62,6 +63,26 @@ class TaskNotFound(DelayQueueException, LookupError):
 
 class InvalidTaskState(DelayQueueException):
     """The task is in a state that does not allow the operation."""
+
+
+class RedisUnavailable(DelayQueueException, redis.RedisError):
+    """Redis did not carry out a command of django-delayq.
+
+    Raised for every failure of a single Redis, a Sentinel-managed primary
+    or a Redis Cluster alike (no connection, a timeout, no primary, a slot
+    without a node, a write refused); the original redis-py error is the
+    ``__cause__``. It also derives from ``redis.RedisError``, so code that
+    catches that keeps working.
+    """
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        #: True when Redis could not be reached or did not answer in time (a
+        #: socket error, a timeout, no node or no primary), rather than
+        #: answering with an error.
+        self.unreachable = isinstance(
+            cause, redis.ConnectionError | redis.TimeoutError | OSError
+        )
 
 
 class TimeLimitExceeded(BaseException):

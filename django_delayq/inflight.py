@@ -16,9 +16,9 @@ import logging
 import threading
 from collections.abc import Iterable, Sequence
 
-import redis
-
+from .exceptions import RedisUnavailable
 from .store import streams
+from .store.connection import Client
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class InFlight:
             for entry in entries:
                 self._owners[entry.stream].pop(entry.entry_id, None)
 
-    def beat(self, client: redis.Redis, worker: str) -> None:
+    def beat(self, client: Client, worker: str) -> None:
         """Reset the idle time of every entry in flight."""
         with self._lock:
             owners = {s: dict(e) for s, e in self._owners.items() if e}
@@ -90,10 +90,10 @@ class InFlight:
             return
         try:
             streams.heartbeat(client, owners)
-        except redis.RedisError as exc:
+        except RedisUnavailable as exc:
             logger.warning("worker %s: heartbeat failed: %s", worker, exc)
 
-    def hand_back(self, client: redis.Redis, worker: str) -> None:
+    def hand_back(self, client: Client, worker: str) -> None:
         """Give entries read but not started back to the other workers now."""
         with self._lock:
             left, self._backlog = list(self._backlog), collections.deque()
@@ -105,7 +105,7 @@ class InFlight:
             return
         try:
             streams.requeue(client, fresh)
-        except redis.RedisError as exc:
+        except RedisUnavailable as exc:
             # They stay pending and are reclaimed after the visibility timeout.
             logger.warning(
                 "worker %s: could not requeue %d: %s", worker, len(left), exc

@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import redis
-
-from .store import scripts
+from .exceptions import RedisUnavailable
+from .store import leases as store
+from .store.connection import Client
 from .store.keys import ShardKeys
 
 if TYPE_CHECKING:
@@ -71,11 +71,8 @@ class Leases:
         self.stats = stats
         self._checks = 0
         self._alive = 1
-        self._lease = scripts.load("lease")
-        self._release = scripts.load("release")
-        self._members = scripts.load("members")
 
-    def keep(self, client: redis.Redis) -> bool:
+    def keep(self, client: Client) -> bool:
         """Renew owned leases, take free shards up to a fair share, hand back
         extras; True if the set of owned shards changed.
 
@@ -98,12 +95,14 @@ class Leases:
             # idle dispatcher spends fewer Redis commands. When it fails,
             # the last count stands.
             alive = calls.make(
-                self._members,
+                store.beat,
                 client,
-                (self.members_key,),
-                (self.token, 2 * ttl_ms, "1" if self._checks % 10 == 1 else "0"),
+                self.members_key,
+                self.token,
+                2 * ttl_ms,
+                prune=self._checks % 10 == 1,
             )
-            if alive is not None:
+            if alive is not _FAILED:
                 self._alive = int(alive)
         fair = math.ceil(len(self.shards) / max(self._alive, 1))
         changed = self._renew(client, ttl_ms, calls)
@@ -113,17 +112,15 @@ class Leases:
             if shard.owned:
                 continue
             if owned >= fair:
-                lease = calls.make(client.exists, shard.keys.lease)
-                if lease is None:
+                lease = calls.make(store.is_held, client, shard.keys.lease)
+                if lease is _FAILED:
                     continue
                 shard.unowned_checks = shard.unowned_checks + 1 if not lease else 0
                 if shard.unowned_checks < 2:
                     continue
             if (
-                calls.make(
-                    self._lease, client, (shard.keys.lease,), (self.token, ttl_ms)
-                )
-                == 1
+                calls.make(store.take, client, shard.keys.lease, self.token, ttl_ms)
+                is True
             ):
                 shard.unowned_checks = 0
                 shard.owned = True
@@ -141,12 +138,10 @@ class Leases:
                 # dead dispatcher. Balance again once things settle.
                 break
             if shard.owned and owned > fair:
-                if (
-                    calls.make(
-                        self._release, client, (shard.keys.lease,), (self.token,)
-                    )
-                    is None
-                ):
+                released = calls.make(
+                    store.release, client, shard.keys.lease, self.token
+                )
+                if released is _FAILED:
                     continue
                 shard.owned = False
                 shard.due_at = None
@@ -156,27 +151,25 @@ class Leases:
         calls.raise_if_none_answered()
         return changed
 
-    def _renew(self, client: redis.Redis, ttl_ms: int, calls: _Calls) -> bool:
+    def _renew(self, client: Client, ttl_ms: int, calls: _Calls) -> bool:
         """Renew every owned lease in one round trip (one per lease if that
         failed); True if one was lost."""
         owned = [s for s in self.shards if s.owned]
         if not owned:
             return False
-        args = (self.token, ttl_ms)
-        renewed: list[Any] | None = calls.make(
-            scripts.run_many,
-            client,
-            [(self._lease, (s.keys.lease,), args) for s in owned],
+        keys = [s.keys.lease for s in owned]
+        renewed: list[Any] = calls.make(
+            store.renew_all, client, keys, self.token, ttl_ms
         )
-        if renewed is None:
+        if renewed is _FAILED:
             # A node is down (a cluster failing over): renew lease by lease,
             # so the shards of the nodes that answer keep theirs.
             renewed = [
-                calls.make(self._lease, client, (s.keys.lease,), args) for s in owned
+                calls.make(store.take, client, key, self.token, ttl_ms) for key in keys
             ]
         lost = False
         for shard, outcome in zip(owned, renewed, strict=True):
-            if outcome == 0:
+            if outcome is False:
                 self.lose(shard)
                 lost = True
         return lost
@@ -188,30 +181,34 @@ class Leases:
         self.stats.leases_lost += 1
         logger.warning("dispatcher %s lost the lease of %s", self.token, shard.label)
 
-    def release_all(self, client: redis.Redis) -> None:
+    def release_all(self, client: Client) -> None:
         """Hand every lease back and leave the membership set (a graceful
         stop: the other dispatchers take the shards over at once)."""
         for shard in self.shards:
             if shard.owned:
-                self._release(client, (shard.keys.lease,), (self.token,))
+                store.release(client, shard.keys.lease, self.token)
                 shard.owned = False
-        client.zrem(self.members_key, self.token)
+        store.leave(client, self.members_key, self.token)
+
+
+#: What a failed call of :class:`_Calls` returns.
+_FAILED: Any = object()
 
 
 class _Calls:
-    """Redis calls of one lease check: a failed call returns ``None`` and is
-    remembered, so the check goes on with the shards that answer."""
+    """Redis calls of one lease check: a failed call returns :data:`_FAILED`
+    and is remembered, so the check goes on with the shards that answer."""
 
     def __init__(self) -> None:
         self.answered = 0
-        self.error: redis.RedisError | None = None
+        self.error: RedisUnavailable | None = None
 
-    def make(self, function: Callable[..., Any], *args: Any) -> Any:
+    def make(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
-            result = function(*args)
-        except redis.RedisError as exc:
+            result = function(*args, **kwargs)
+        except RedisUnavailable as exc:
             self.error = exc
-            return None
+            return _FAILED
         self.answered += 1
         return result
 

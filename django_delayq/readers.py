@@ -22,18 +22,18 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
-import redis
-
+from .exceptions import RedisUnavailable
 from .inflight import InFlight
 from .store import streams
-from .store.connection import get_client
+from .store.connection import Client, get_client
+from .store.errors import error_text
 from .timing import retry_pause
 
 logger = logging.getLogger(__name__)
 
 
 def read_now(
-    client: redis.Redis,
+    client: Client,
     consumer: str,
     stream_names: Sequence[str],
     *,
@@ -138,16 +138,15 @@ class StreamReaders:
                         failures,
                     )
                 failures = 0
-            except redis.RedisError as exc:
+            except RedisUnavailable as exc:
                 failures += 1
                 # Capped low: a failing node costs a refused connection a
                 # second, and its shard is read again soon after a failover.
                 pause = retry_pause(failures, cap=1.0)
                 logger.warning(
-                    "worker %s: %s: %s; retrying in %.1f s",
+                    "worker %s: %s; retrying in %.1f s",
                     consumer,
-                    type(exc).__name__,
-                    exc,
+                    error_text(exc),
                     pause,
                 )
                 self.stopping.wait(pause)

@@ -15,9 +15,9 @@ import threading
 import time
 from collections.abc import Sequence
 
-import redis
-
+from .exceptions import RedisUnavailable
 from .store import streams
+from .store.connection import Client
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class Reclaimer:
         #: where each stream's scan goes on from
         self._cursors = {stream: "0-0" for stream in stream_names}
 
-    def take(self, client: redis.Redis, consumer: str) -> list[streams.Entry]:
+    def take(self, client: Client, consumer: str) -> list[streams.Entry]:
         """Entries idle past the visibility timeout, now ``consumer``'s; none
         if another thread looked a moment ago."""
         with self._lock:
@@ -50,7 +50,7 @@ class Reclaimer:
                 return []
             self._next = now + max(self.visibility_timeout / 2, 0.1)
         min_idle_ms = int(self.visibility_timeout * 1000)
-        error: redis.RedisError | None = None
+        error: RedisUnavailable | None = None
         answered = False
         for stream, start in list(self._cursors.items()):
             try:
@@ -62,7 +62,7 @@ class Reclaimer:
                     count=RECLAIM_BATCH,
                     start=start,
                 )
-            except redis.RedisError as exc:
+            except RedisUnavailable as exc:
                 # On a Redis Cluster this stream's node may be failing over:
                 # the others are still worth a look.
                 error = exc

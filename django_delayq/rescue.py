@@ -40,15 +40,16 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import redis
 from django.db import DatabaseError, connections, transaction
 
 from . import transitions
 from .board import Snapshot
+from .exceptions import RedisUnavailable
 from .execution import Verdict, record_failure, write_db
 from .models import DelayedTask, OutboxEntry, Status
 from .store import streams
-from .store.connection import get_client
+from .store.connection import Client, get_client
+from .store.errors import error_text
 from .sync import index_after_commit
 from .worker import Worker
 
@@ -88,7 +89,7 @@ class Rescued:
 
 
 def rescue(
-    client: redis.Redis,
+    client: Client,
     stream_names: Sequence[str],
     board: Snapshot,
     *,
@@ -186,13 +187,12 @@ def rescue_main(
             blame=blame,
             cause=cause,
         )
-    except (redis.RedisError, DatabaseError) as exc:
+    except (RedisUnavailable, DatabaseError) as exc:
         logger.warning(
             "delayq_worker: could not hand back what worker process %d held "
-            "(%s: %s); other workers take it over after the visibility timeout",
+            "(%s); other workers take it over after the visibility timeout",
             pid,
-            type(exc).__name__,
-            exc,
+            error_text(exc),
         )
         raise SystemExit(1) from None
     finally:

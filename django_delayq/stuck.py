@@ -14,7 +14,6 @@ import copy
 import logging
 import threading
 
-import redis
 from django.db import connections, transaction
 
 from . import transitions
@@ -23,6 +22,7 @@ from .exceptions import TimeLimitExceeded
 from .execution import record_failure, write_db
 from .models import DelayedTask, OutboxEntry
 from .store import streams
+from .store.connection import Client
 from .store.keys import shard_keys
 from .sync import index_after_commit
 from .time_limits import Stuck, time_limit_error
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 GIVE_UP_TIMEOUT = 10.0
 
 
-def give_up(client: redis.Redis, worker: str, stuck: Stuck) -> None:
+def give_up(client: Client, worker: str, stuck: Stuck) -> None:
     """Record the stuck attempt's failure and hand its thread's other tasks
     back, in a thread of its own, waiting at most :data:`GIVE_UP_TIMEOUT`."""
     logger.critical(
@@ -60,7 +60,7 @@ def give_up(client: redis.Redis, worker: str, stuck: Stuck) -> None:
         )
 
 
-def _settle(client: redis.Redis, stuck: Stuck) -> None:
+def _settle(client: Client, stuck: Stuck) -> None:
     db = write_db()
     try:
         # A copy: the stuck thread still holds (and may yet touch) the row.

@@ -38,16 +38,17 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-import redis
 from django.db import DatabaseError, router, transaction
 from django.utils import timezone
 
 from . import transitions
 from .conf import get_settings
+from .exceptions import RedisUnavailable
 from .execution import fail
 from .models import DelayedTask, OutboxEntry, Status
-from .store import index, inspect, scripts
-from .store.connection import get_client
+from .store import index, inspect, leases
+from .store.connection import Client, get_client
+from .store.errors import error_text
 from .store.keys import shard_keys, sweeper_lock_key
 from .sync import entry_of, index_after_commit, replay_outbox
 from .timing import to_score
@@ -76,6 +77,9 @@ class SweepResult:
     recovered: int = 0
     failed: int = 0
     pruned: int = 0
+    #: shards left for a later pass because their Redis did not answer (a
+    #: Redis Cluster node failing over; on one Redis the pass fails instead)
+    unreachable: int = 0
     skipped: bool = False  # another sweeper held the lock
     #: when the most overdue of the reindexed tasks was due
     oldest_lost: datetime.datetime | None = None
@@ -130,7 +134,12 @@ class Sweeper:
                         failed,
                     )
                 failed = 0
-                if result.repaired or result.replayed or result.failed:
+                if (
+                    result.repaired
+                    or result.replayed
+                    or result.failed
+                    or result.unreachable
+                ):
                     logger.warning("sweep: %s", result)
                 elif result.pruned or first:
                     # The first pass says the sweeper is up and working.
@@ -140,14 +149,13 @@ class Sweeper:
                     # would fill the log every interval.
                     logger.debug("sweep: %s", result)
                 first = False
-            except (redis.RedisError, OSError, DatabaseError) as exc:
+            except (RedisUnavailable, DatabaseError) as exc:
                 if once:
                     raise
                 failed += 1
                 logger.warning(
-                    "sweep: %s (%s); trying again in %.0f s",
-                    type(exc).__name__,
-                    exc,
+                    "sweep: %s; trying again in %.0f s",
+                    error_text(exc),
                     interval,
                 )
             if once:
@@ -165,7 +173,7 @@ class Sweeper:
         lock = sweeper_lock_key(self.settings.key_prefix)
         # The lock outlives a slow pass comfortably; a crashed holder's
         # lock expires by itself.
-        if not client.set(lock, self.token, nx=True, px=self._lock_ms):
+        if not leases.take(client, lock, self.token, self._lock_ms):
             return SweepResult(skipped=True)
         self._lock = (client, lock)
         result = SweepResult()
@@ -181,11 +189,11 @@ class Sweeper:
             return result
         finally:
             # Only if it is still ours (compare and delete, atomically).
-            scripts.load("release")(client, (lock,), (self.token,))
+            leases.release(client, lock, self.token)
 
     def _renew_lock(self) -> None:
         client, lock = self._lock
-        if scripts.load("lease")(client, (lock,), (self.token, self._lock_ms)) == 0:
+        if not leases.take(client, lock, self.token, self._lock_ms):
             # Expired (this pass stalled) and taken: the other sweeper goes on.
             raise _LockLost
 
@@ -202,7 +210,7 @@ class Sweeper:
     # -- 2-4. reconcile ---------------------------------------------------------
 
     def _reconcile(
-        self, client: redis.Redis, now: datetime.datetime, result: SweepResult
+        self, client: Client, now: datetime.datetime, result: SweepResult
     ) -> None:
         horizon = now + datetime.timedelta(seconds=self.settings.reconcile_horizon)
         stale_before = now - datetime.timedelta(
@@ -232,43 +240,83 @@ class Sweeper:
         if todo > 10 * BATCH:
             self.progress(f"reconciling {todo} scheduled rows due before {horizon}")
         shards = set(scheduled) | set(running) | self._configured_shards()
+        answered = False
+        error: RedisUnavailable | None = None
         for queue, shard in sorted(shards):
             self._renew_lock()
-            keys = shard_keys(self.settings.key_prefix, queue, shard)
-            rows = scheduled.get((queue, shard), [])
-            scores = inspect.due_scores(client, keys.due, [row.pk for row in rows])
-            in_stream = inspect.stream_task_ids(client, keys.ready)
-            lost = [
-                row
-                for row in rows
-                if scores[row.pk] is None and row.pk not in in_stream
-            ]
-            wrong = [
-                row
-                for row in rows
-                if scores[row.pk] is not None and scores[row.pk] != to_score(row.run_at)
-            ]
-            unchanged = self._unchanged(lost + wrong)
-            lost = [row for row in lost if row.pk in unchanged]
-            wrong = [row for row in wrong if row.pk in unchanged]
-            if lost or wrong:
-                index.add([entry_of(row) for row in lost + wrong], client)
-                result.reindexed += len(lost)
-                result.corrected += len(wrong)
-                if lost and (
-                    result.oldest_lost is None or lost[0].run_at < result.oldest_lost
-                ):
-                    result.oldest_lost = lost[0].run_at
-                for row in lost:
-                    logger.debug(
-                        "sweep: task %s was missing from Redis; indexed again", row.pk
-                    )
-            result.removed += self._remove_ghosts(
-                client, keys.due, queue, shard, horizon
-            )
-            for row in running.get((queue, shard), []):
-                if row.pk not in in_stream:
-                    self._recover(row, now, result)
+            try:
+                self._reconcile_shard(
+                    client,
+                    queue,
+                    shard,
+                    scheduled.get((queue, shard), []),
+                    running.get((queue, shard), []),
+                    now,
+                    horizon,
+                    result,
+                )
+            except RedisUnavailable as exc:
+                if not self.settings.cluster:
+                    raise  # one Redis: every other shard fails the same way
+                error = exc
+                result.unreachable += 1
+                logger.warning(
+                    "sweep: shard %s:%d left for a later pass (%s)",
+                    queue,
+                    shard,
+                    error_text(exc),
+                )
+                continue
+            answered = True
+        if error is not None and not answered:
+            raise error  # no node answered: the pass failed as a whole
+
+    def _reconcile_shard(
+        self,
+        client: Client,
+        queue: str,
+        shard: int,
+        rows: list[DelayedTask],
+        running: list[DelayedTask],
+        now: datetime.datetime,
+        horizon: datetime.datetime,
+        result: SweepResult,
+    ) -> None:
+        """Reconcile one shard's rows with its due-set and ready stream.
+
+        On a Redis Cluster each shard is one slot, so a node that fails
+        fails its shards only; the caller goes on with the others.
+        """
+        keys = shard_keys(self.settings.key_prefix, queue, shard)
+        scores = inspect.due_scores(client, keys.due, [row.pk for row in rows])
+        in_stream = inspect.stream_task_ids(client, keys.ready)
+        lost = [
+            row for row in rows if scores[row.pk] is None and row.pk not in in_stream
+        ]
+        wrong = [
+            row
+            for row in rows
+            if scores[row.pk] is not None and scores[row.pk] != to_score(row.run_at)
+        ]
+        unchanged = self._unchanged(lost + wrong)
+        lost = [row for row in lost if row.pk in unchanged]
+        wrong = [row for row in wrong if row.pk in unchanged]
+        if lost or wrong:
+            index.add([entry_of(row) for row in lost + wrong], client)
+            result.reindexed += len(lost)
+            result.corrected += len(wrong)
+            if lost and (
+                result.oldest_lost is None or lost[0].run_at < result.oldest_lost
+            ):
+                result.oldest_lost = lost[0].run_at
+            for row in lost:
+                logger.debug(
+                    "sweep: task %s was missing from Redis; indexed again", row.pk
+                )
+        result.removed += self._remove_ghosts(client, keys.due, queue, shard, horizon)
+        for row in running:
+            if row.pk not in in_stream:
+                self._recover(row, now, result)
 
     def _unchanged(self, rows: list[DelayedTask]) -> set[uuid.UUID]:
         """Those of ``rows`` still scheduled as read (same due time, same
@@ -298,7 +346,7 @@ class Sweeper:
 
     def _remove_ghosts(
         self,
-        client: redis.Redis,
+        client: Client,
         due: str,
         queue: str,
         shard: int,
@@ -317,7 +365,7 @@ class Sweeper:
             if ghosts:
                 # A row scheduled again meanwhile is re-added by its own
                 # on-commit write, or by the next pass.
-                removed += int(client.zrem(due, *ghosts))
+                removed += index.remove_members(client, due, ghosts)
         return removed
 
     def _recover(

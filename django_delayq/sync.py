@@ -23,6 +23,7 @@ from .store.connection import (
     get_client,
     note_failure,
 )
+from .store.errors import error_text
 from .timing import to_score
 
 logger = logging.getLogger(__name__)
@@ -70,13 +71,12 @@ def _write(
         # Whatever went wrong, the rows are committed: the caller must not see
         # an error for work that will happen. The outbox makes sure it does.
         logger.warning(
-            "django-delayq: Redis write for %d task(s) failed (%s: %s); "
+            "django-delayq: Redis write for %d task(s) failed (%s); "
             "queued in the outbox for replay.",
             len(entries),
-            type(exc).__name__,
-            exc,
+            error_text(exc),
         )
-        _to_outbox(entries, action, using, f"{type(exc).__name__}: {exc}")
+        _to_outbox(entries, action, using, error_text(exc))
 
 
 def _to_outbox(
@@ -148,7 +148,7 @@ def replay_outbox(
         index.add(_unique(to_add), client)
         index.remove(_unique(to_remove), client)
     except Exception as exc:
-        _postpone(entries, f"{type(exc).__name__}: {exc}", db, now)
+        _postpone(entries, error_text(exc), db, now)
         logger.warning(
             "django-delayq: outbox replay of %d entries failed: %s", len(entries), exc
         )

@@ -17,15 +17,14 @@ per ``BLOCK_SECONDS`` per shard when idle, and no polling.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections.abc import Sequence
 
-import redis
-
 from .conf import get_settings
+from .exceptions import RedisUnavailable
 from .leases import Shard
-from .store.connection import BLOCK_SECONDS, get_client
+from .store import wake_lists
+from .store.connection import BLOCK_SECONDS, Client, get_client
 from .timing import retry_pause
 
 logger = logging.getLogger(__name__)
@@ -75,7 +74,7 @@ class WakeListener:
             woken, self._woken = self._woken, set()
         return woken
 
-    def nudge(self, client: redis.Redis) -> None:
+    def nudge(self, client: Client) -> None:
         """Make the threads re-read the owned shards (or see that we stop).
 
         A push to a wake list a thread blocks on returns its BLPOP now; the
@@ -110,11 +109,11 @@ class _Group:
         self._thread = threading.Thread(target=self._listen, name=name, daemon=True)
         self._thread.start()
 
-    def nudge(self, client: redis.Redis) -> None:
+    def nudge(self, client: Client) -> None:
         self._leases_changed.set()
         listening = self._listening
         if self._thread is not None and listening:
-            client.lpush(listening[0], "1")
+            wake_lists.wake(client, listening[0])
 
     def join(self) -> None:
         if self._thread is not None:
@@ -133,18 +132,16 @@ class _Group:
                 continue
             self._listening = list(by_key)
             try:
-                popped = client.blpop(self._listening, timeout=math.ceil(BLOCK_SECONDS))
-                if popped:
-                    key = popped[0]
-                    name = key.decode() if isinstance(key, bytes) else key
+                name = wake_lists.wait(client, self._listening, BLOCK_SECONDS)
+                if name is not None:
                     if by_key[name].owned:
                         listener._woke(name)
                     else:
                         # Handed back while we were blocked: the wake-up is
                         # for the shard's new owner, so put it back.
-                        client.lpush(name, "1")
+                        wake_lists.wake(client, name)
                 failures = 0
-            except redis.RedisError as exc:
+            except RedisUnavailable as exc:
                 failures += 1
                 logger.debug("dispatcher listener: %s", exc)
                 listener.stopping.wait(retry_pause(failures))

@@ -25,7 +25,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import redis
 from django.db import DatabaseError, connections
 
 from . import registry
@@ -33,14 +32,15 @@ from .batch import Batch
 from .board import Board
 from .conf import get_settings
 from .dbconn import recycle_connections
-from .exceptions import WorkerStuck
+from .exceptions import RedisUnavailable, WorkerStuck
 from .group_commit import DEFAULT_BUDGET, DEFAULT_MAX_SIZE, Pacer
 from .inflight import InFlight
 from .quota import Quota
 from .readers import StreamReaders, read_now
 from .reclaim import Reclaimer
 from .store import streams
-from .store.connection import get_client
+from .store.connection import Client, get_client
+from .store.errors import error_text
 from .store.keys import shard_keys
 from .stuck import give_up
 from .time_limits import DEFAULT_GRACE, Watchdog
@@ -226,7 +226,7 @@ class Worker:
         board.announce(self.name)
         self.watchdog.board = board
 
-    def _watch(self, client: redis.Redis, threads: list[threading.Thread]) -> int:
+    def _watch(self, client: Client, threads: list[threading.Thread]) -> int:
         """Heartbeat and enforce time limits until the threads end; return
         how many tasks were stuck past their limit."""
         # The main thread keeps the heartbeat going, also while a graceful
@@ -250,14 +250,14 @@ class Worker:
 
     # -- start and end ------------------------------------------------------------
 
-    def _start(self, client: redis.Redis, once: bool) -> bool:
+    def _start(self, client: Client, once: bool) -> bool:
         """Create the consumer groups, waiting for Redis if it is not up yet."""
         failures = 0
         while not self._stopping.is_set():
             try:
                 streams.ensure_groups(client, self.streams)
                 return True
-            except redis.RedisError as exc:
+            except RedisUnavailable as exc:
                 if once:
                     raise
                 failures += 1
@@ -271,11 +271,11 @@ class Worker:
                 self._stopping.wait(pause)
         return False
 
-    def _leave_group(self, client: redis.Redis, consumers: list[str]) -> None:
+    def _leave_group(self, client: Client, consumers: list[str]) -> None:
         """Remove this worker's consumers that hold no pending entries."""
         try:
             streams.remove_idle_consumers(client, self.streams, consumers)
-        except redis.RedisError as exc:
+        except RedisUnavailable as exc:
             logger.debug("worker %s: could not leave the groups: %s", self.name, exc)
 
     # -- one thread -------------------------------------------------------------
@@ -346,12 +346,11 @@ class Worker:
     def _pause(self, consumer: str, exc: Exception, failures: int) -> None:
         self._count("errors")
         pause = retry_pause(failures)
-        if isinstance(exc, redis.RedisError | DatabaseError):
+        if isinstance(exc, RedisUnavailable | DatabaseError):
             logger.warning(
-                "worker %s: %s: %s; retrying in %.1f s",
+                "worker %s: %s; retrying in %.1f s",
                 consumer,
-                type(exc).__name__,
-                exc,
+                error_text(exc),
                 pause,
             )
         else:
@@ -360,9 +359,7 @@ class Worker:
             )
         self._stopping.wait(pause)
 
-    def _next(
-        self, client: redis.Redis, consumer: str, once: bool
-    ) -> list[streams.Entry]:
+    def _next(self, client: Client, consumer: str, once: bool) -> list[streams.Entry]:
         """The next entries to run: from this process's backlog, or read anew.
 
         As many as the next group can take; a read that brings more leaves

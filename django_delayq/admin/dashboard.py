@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
-import redis
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
@@ -23,9 +22,11 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from ..conf import get_settings
+from ..exceptions import RedisUnavailable
 from ..models import Status
 from ..store import stats
 from ..store.connection import get_client
+from ..store.errors import error_text
 from . import chart, display, figures
 
 logger = logging.getLogger(__name__)
@@ -158,14 +159,13 @@ def read_redis(now: datetime.datetime) -> RedisView:
         shards = stats.read_shards(
             client, settings.key_prefix, settings.queues.values()
         )
-    except (redis.RedisError, OSError) as exc:
+    except RedisUnavailable as exc:
         logger.warning(
-            "django-delayq admin: Redis at %s did not answer (%s: %s)",
+            "django-delayq admin: Redis at %s did not answer (%s)",
             location,
-            type(exc).__name__,
-            exc,
+            error_text(exc),
         )
-        return RedisView(location=location, error=f"{type(exc).__name__}: {exc}")
+        return RedisView(location=location, error=error_text(exc))
     view = RedisView(location=location)
     holders: dict[str, Dispatcher] = {}
     workers: dict[str, dict[str, Any]] = {}

@@ -5,11 +5,12 @@ migrating, or a replica promoted after a failover) and re-reads the slot map
 from the nodes it knows when a node stops answering. A few of its failures,
 though, are not ``redis.RedisError``: it raises ``RedisClusterException``
 when no node it knows answers (also from its constructor, which connects at
-once) and ``SlotNotCoveredError`` while a slot has no node. The loops, and
-``schedule()``'s fallback to the outbox, catch ``redis.RedisError`` only, so
-this client raises those as :class:`ClusterUnavailable`, a
-``redis.ConnectionError``: a cluster half-way through a failover is simply
-"Redis unavailable" for a moment, like a single Redis restarting.
+once) and ``SlotNotCoveredError`` while a slot has no node. This client
+raises those as :class:`ClusterUnavailable`, a ``redis.ConnectionError``, so
+that the store's functions turn them into ``RedisUnavailable`` (see
+:mod:`.errors`) with ``unreachable`` set: a cluster half-way through a
+failover is simply "Redis unavailable" for a moment, like a single Redis
+restarting.
 
 Every key of one shard shares a hash tag (see :mod:`.keys`), so each script
 and each transaction touches one slot; commands over many shards go through

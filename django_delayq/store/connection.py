@@ -32,13 +32,20 @@ import logging
 import threading
 import time
 from collections.abc import Hashable, Iterable
-from typing import Any
+from typing import Any, TypeAlias
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ..conf import SentinelSettings, Settings, get_settings
+from ..exceptions import RedisUnavailable
+from .errors import translated
+
+#: A client as the store's functions take it: a single Redis, a
+#: Sentinel-managed primary's or a Redis Cluster's (which sends the same
+#: commands). The rest of the package only hands it over.
+Client: TypeAlias = redis.Redis
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +88,11 @@ def note_failure(
     exc: BaseException, scopes: Iterable[Hashable] = (ALL_SHARDS,)
 ) -> None:
     """Trip the breaker if ``exc`` says Redis is unreachable or too slow."""
-    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+    if isinstance(exc, RedisUnavailable):
+        unreachable = exc.unreachable
+    else:
+        unreachable = isinstance(exc, redis.ConnectionError | redis.TimeoutError)
+    if unreachable:
         trip_breaker(f"{type(exc).__name__}: {exc}", scopes)
 
 
@@ -180,8 +191,13 @@ def _sentinel_primary(
     return client
 
 
+@translated
 def get_client(role: str = "schedule") -> redis.Redis:
-    """Return this process's client for ``role``, rebuilt when settings change."""
+    """Return this process's client for ``role``, rebuilt when settings change.
+
+    Raises :class:`~django_delayq.exceptions.RedisUnavailable` if it cannot
+    be built (a Redis Cluster client asks a node for the slot map at once).
+    """
     global _state
     settings = get_settings()
     state = _state

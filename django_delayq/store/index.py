@@ -1,17 +1,19 @@
-"""Writing task ids into, and out of, the shards' due-sets."""
+"""Writing task ids into, and out of, the shards' due-sets, and moving the
+due ones to the ready streams."""
 
 from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import redis
 
 from ..conf import get_settings
 from . import scripts
-from .keys import encode_member, shard_keys
+from .errors import translated
+from .keys import ShardKeys, encode_member, shard_keys
 
 #: Members per script call: bounded so ``unpack()`` in Lua stays far from its
 #: stack limit and one call never blocks Redis for long.
@@ -25,6 +27,7 @@ class IndexEntry(NamedTuple):
     score: int  # run_at in epoch milliseconds
 
 
+@translated
 def add(entries: Iterable[IndexEntry], client: redis.Redis) -> None:
     """Add (or move) entries in their due-sets, in one round trip.
 
@@ -46,6 +49,7 @@ def add(entries: Iterable[IndexEntry], client: redis.Redis) -> None:
         scripts.run_many(client, [(add_script, keys, argv) for keys, argv in calls])
 
 
+@translated
 def remove(entries: Iterable[IndexEntry], client: redis.Redis) -> None:
     """Remove entries from their due-sets, in one round trip.
 
@@ -64,6 +68,37 @@ def remove(entries: Iterable[IndexEntry], client: redis.Redis) -> None:
                 shard_keys(prefix, queue, shard).due, *members[start : start + CHUNK]
             )
     pipe.execute()
+
+
+@translated
+def remove_members(client: redis.Redis, due: str, members: Sequence[bytes]) -> int:
+    """Remove raw members from the due-set ``due``; how many were there."""
+    return int(client.zrem(due, *members)) if members else 0
+
+
+class Moved(NamedTuple):
+    """What one ``move.lua`` call did on a shard."""
+
+    #: due ids moved to the ready stream; -1 if the caller's lease is gone
+    moved: int
+    #: due time of the shard's earliest remaining task, epoch milliseconds
+    #: on Redis' clock; -1 if the due-set is empty
+    head: int
+    #: Redis' clock when it moved them, epoch milliseconds and the
+    #: microseconds past the millisecond
+    redis_ms: int
+    redis_us: int
+
+
+@translated
+def move_due(client: redis.Redis, keys: ShardKeys, token: str, limit: int) -> Moved:
+    """Move up to ``limit`` ids due by Redis' clock from the shard's due-set
+    to its ready stream, if ``token`` holds the shard's lease (atomically:
+    see ``lua/move.lua``)."""
+    moved, head, redis_ms, redis_us = scripts.load("move")(
+        client, (keys.due, keys.ready, keys.lease), (token, limit)
+    )
+    return Moved(int(moved), int(head), int(redis_ms), int(redis_us))
 
 
 def _by_shard(entries: Iterable[IndexEntry]) -> dict[tuple[str, int], list[IndexEntry]]:

@@ -8,11 +8,13 @@ from typing import Any
 
 import redis
 
+from .errors import translated
 from .keys import decode_member, encode_member
 
 PAGE = 1000
 
 
+@translated
 def due_scores(
     client: redis.Redis, due: str, task_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, int | None]:
@@ -27,6 +29,7 @@ def due_scores(
     return found
 
 
+@translated
 def due_members(
     client: redis.Redis, due: str, max_score: int
 ) -> Iterator[list[tuple[uuid.UUID | None, bytes, int]]]:
@@ -44,6 +47,7 @@ def due_members(
         offset += PAGE
 
 
+@translated
 def stream_task_ids(client: redis.Redis, stream: str) -> set[uuid.UUID]:
     """Every task id named by an entry still in a ready stream."""
     ids: set[uuid.UUID] = set()

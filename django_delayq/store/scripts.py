@@ -16,6 +16,8 @@ from typing import Any
 
 import redis
 
+from .errors import translated
+
 KeyT = str | bytes
 ArgT = str | bytes | int | float
 
@@ -26,45 +28,51 @@ class LuaScript:
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
 
+    @translated
     def __call__(
         self, client: redis.Redis, keys: Sequence[KeyT], args: Sequence[ArgT]
     ) -> Any:
         try:
             return client.evalsha(self.sha, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:
-            client.script_load(self.source)
-            return client.evalsha(self.sha, len(keys), *keys, *args)
+            # EVAL, not SCRIPT LOAD: it goes to the node serving the keys
+            # and caches the script there, while a cluster client sends
+            # SCRIPT LOAD to every primary, and fails if one is down.
+            return client.eval(self.source, len(keys), *keys, *args)
 
 
 #: One script call: the script, its keys, its arguments.
 Call = tuple[LuaScript, Sequence[KeyT], Sequence[ArgT]]
 
 
+@translated
 def run_many(client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
     """Run script calls in one round trip (a pipeline, not a transaction:
     on a cluster it is split by node); their replies, in order.
 
     A script missing on a server (``NOSCRIPT``: a restarted Redis, or a
-    replica promoted after a failover, which never had the script cache) is
-    loaded and the whole pipeline sent again, as the replies do not tell
-    which calls ran: a script sent this way must be safe to run twice.
+    replica promoted after a failover, which never had the script cache)
+    makes the whole pipeline go again with the scripts' sources (``EVAL``,
+    which caches them on the nodes that run them), as the replies do not
+    tell which calls ran: a script sent this way must be safe to run twice.
     """
 
-    def send() -> list[Any]:
+    def send(by_source: bool) -> list[Any]:
         pipe = client.pipeline(transaction=False)
         for script, keys, args in calls:
             pipe.execute_command(  # type: ignore[no-untyped-call]
-                "EVALSHA", script.sha, len(keys), *keys, *args
+                *(("EVAL", script.source) if by_source else ("EVALSHA", script.sha)),
+                len(keys),
+                *keys,
+                *args,
             )
         replies: list[Any] = pipe.execute()
         return replies
 
     try:
-        return send()
+        return send(by_source=False)
     except redis.exceptions.NoScriptError:
-        for script in {call[0].name: call[0] for call in calls}.values():
-            client.script_load(script.source)
-        return send()
+        return send(by_source=True)
 
 
 @functools.cache

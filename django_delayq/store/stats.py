@@ -24,6 +24,7 @@ from typing import Any
 import redis
 
 from ..conf import QueueSettings
+from .errors import translated
 from .keys import shard_keys
 from .streams import GROUP
 
@@ -61,6 +62,7 @@ class ShardState:
         return f"{self.queue}:{self.shard}"
 
 
+@translated
 def read_shards(
     client: redis.Redis, prefix: str, queues: Iterable[QueueSettings]
 ) -> list[ShardState]:
@@ -128,6 +130,7 @@ def read_shards(
     return states
 
 
+@translated
 def describe(client: redis.Redis) -> str:
     """Where ``client`` connects, for messages: host, port and database,
     never the credentials."""

@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from . import scripts
+from .errors import translated
 from .keys import decode_member
 
 GROUP = "workers"
@@ -42,6 +43,7 @@ class Entry:
             return None
 
 
+@translated
 def ensure_groups(client: redis.Redis, streams: Sequence[str]) -> None:
     """Create the consumer group on every stream (and the stream) if missing.
 
@@ -55,6 +57,7 @@ def ensure_groups(client: redis.Redis, streams: Sequence[str]) -> None:
                 raise
 
 
+@translated
 def read(
     client: redis.Redis,
     consumer: str,
@@ -77,6 +80,7 @@ def read(
     return _entries(reply)
 
 
+@translated
 def reclaim(
     client: redis.Redis,
     stream: str,
@@ -109,6 +113,7 @@ def reclaim(
     return entries, cursor
 
 
+@translated
 def take_over(
     client: redis.Redis, stream: str, prefix: str, consumer: str
 ) -> list[Entry]:
@@ -156,6 +161,7 @@ def take_over(
     return entries
 
 
+@translated
 def heartbeat(client: redis.Redis, in_flight: dict[str, dict[bytes, str]]) -> None:
     """Reset the idle time of in-flight entries so no live worker's task is
     reclaimed. ``in_flight`` maps stream -> entry id -> owning consumer."""
@@ -170,11 +176,13 @@ def heartbeat(client: redis.Redis, in_flight: dict[str, dict[bytes, str]]) -> No
         pipe.execute()
 
 
+@translated
 def finish(client: redis.Redis, stream: str, entry_id: bytes) -> None:
     """Acknowledge and delete an entry, atomically (see ``lua/finish.lua``)."""
     scripts.load("finish")(client, [stream], [GROUP, entry_id])
 
 
+@translated
 def finish_many(client: redis.Redis, entries: Sequence[Entry]) -> None:
     """Acknowledge and delete many entries, in one round trip.
 
@@ -196,6 +204,7 @@ def finish_many(client: redis.Redis, entries: Sequence[Entry]) -> None:
         scripts.run_many(client, [(script, keys, argv) for keys, argv in calls])
 
 
+@translated
 def requeue(client: redis.Redis, entries: Sequence[Entry]) -> None:
     """Put entries back as new ones (readable by any consumer), in one trip."""
     pipe = client.pipeline(transaction=False)
@@ -207,6 +216,7 @@ def requeue(client: redis.Redis, entries: Sequence[Entry]) -> None:
     pipe.execute()
 
 
+@translated
 def remove_idle_consumers(
     client: redis.Redis, streams: Sequence[str], consumers: Sequence[str]
 ) -> None:
@@ -225,6 +235,7 @@ def remove_idle_consumers(
                 client.xgroup_delconsumer(stream, GROUP, name)
 
 
+@translated
 def dead_letter(client: redis.Redis, dead: str, entry: Entry, reason: str) -> None:
     """Keep an entry no worker can run, with the reason, then finish it."""
     fields: dict[Any, Any] = {

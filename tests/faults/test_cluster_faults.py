@@ -27,7 +27,8 @@ from django_delayq import schedule
 from django_delayq.dispatcher import Dispatcher
 from django_delayq.models import DelayedTask
 from django_delayq.store import connection
-from django_delayq.store.keys import shard_keys
+from django_delayq.store.keys import shard_keys, sweeper_lock_key
+from django_delayq.sweeper import Sweeper
 from django_delayq.worker import Worker
 from tests.faults.harness import (
     FAULT_DELAYQ,
@@ -322,3 +323,43 @@ def test_a_cluster_primary_stalled_past_its_failover(cluster_rig: ClusterRig) ->
         ),
         notes=lambda: f"failover took {failover:.1f} s; {sweep_totals(sweeper)}",
     )
+
+
+def test_a_sweep_pass_repairs_the_shards_whose_node_answers(
+    cluster: RedisCluster, cluster_settings: dict[str, Any], transactional_db: None
+) -> None:
+    """A primary and its replica both down (no failover can happen): a pass
+    re-indexes the lost tasks of the shards the other nodes serve, leaves
+    the dead node's shards for a later pass, and says so, instead of failing
+    as a whole."""
+    tasks = [schedule(add, args=[n, 1], queue="orders") for n in range(60)]
+    admin: Any = ClusterClient.from_url(cluster.url)
+    for n in range(SHARDS):  # Redis lost every shard's due-set
+        admin.delete(shard_keys("delayq", "orders", n).due)
+    # A primary with orders shards, but not the sweep lock's: without its
+    # lock a pass cannot run at all.
+    lock_node = cluster.primary_of(sweeper_lock_key("delayq"))
+    owner = {
+        n: cluster.primary_of(shard_keys("delayq", "orders", n).due)
+        for n in range(SHARDS)
+    }
+    dead = next(node for node in owner.values() if node is not lock_node)
+    # Every configured shard counts, of every queue.
+    others_dead = sum(
+        cluster.primary_of(shard_keys("delayq", queue, 0).due) is dead
+        for queue in ("reports", "default")
+    )
+    live_shards = {n for n, node in owner.items() if node is not dead}
+    replica = cluster.replica_of(dead)
+    replica.kill()
+    dead.kill()
+
+    result = Sweeper().sweep()
+
+    assert result.unreachable == SHARDS - len(live_shards) + others_dead
+    live_tasks = [t for t in tasks if t.shard in live_shards]
+    assert result.reindexed == len(live_tasks)
+    for n in live_shards:
+        due = admin.zrange(shard_keys("delayq", "orders", n).due, 0, -1)
+        assert sorted(due) == sorted(t.pk.bytes for t in live_tasks if t.shard == n)
+    admin.close()

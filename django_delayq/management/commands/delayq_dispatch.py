@@ -2,15 +2,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_delayq.dispatcher import Dispatcher
+from django_delayq.exceptions import RedisUnavailable
 from django_delayq.management.lifecycle import (
     add_queue_option,
     command_context,
     option_errors,
 )
+from django_delayq.store.errors import error_text
 
 
 class Command(BaseCommand):
@@ -50,10 +51,8 @@ class Command(BaseCommand):
         with command_context(dispatcher.stop, "delayq_dispatch", options["verbosity"]):
             try:
                 stats = dispatcher.run(once=options["once"])
-            except redis.RedisError as exc:
+            except RedisUnavailable as exc:
                 # Only --once gets here; a looping dispatcher logs and retries.
-                raise CommandError(
-                    f"dispatch failed: {type(exc).__name__}: {exc}"
-                ) from exc
+                raise CommandError(f"dispatch failed: {error_text(exc)}") from exc
         if options["verbosity"]:
             self.stdout.write(f"delayq_dispatch: moved {stats.moved} task(s)")

@@ -2,11 +2,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
+from django_delayq.exceptions import RedisUnavailable
 from django_delayq.management.lifecycle import command_context, option_errors
+from django_delayq.store.errors import error_text
 from django_delayq.sweeper import Sweeper
 
 
@@ -36,10 +37,8 @@ class Command(BaseCommand):
         with command_context(sweeper.stop, "delayq_sweep", options["verbosity"]):
             try:
                 result = sweeper.run(interval=options["interval"], once=options["once"])
-            except (redis.RedisError, OSError, DatabaseError) as exc:
+            except (RedisUnavailable, DatabaseError) as exc:
                 # Only --once gets here; a looping sweeper logs and retries.
-                raise CommandError(
-                    f"sweep failed: {type(exc).__name__}: {exc}"
-                ) from exc
+                raise CommandError(f"sweep failed: {error_text(exc)}") from exc
         if options["once"] and options["verbosity"]:
             self.stdout.write(f"delayq_sweep: {result}")

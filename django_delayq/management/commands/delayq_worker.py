@@ -2,11 +2,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from django_delayq.exceptions import WorkerStuck
+from django_delayq.exceptions import RedisUnavailable, WorkerStuck
 from django_delayq.management.lifecycle import (
     add_queue_option,
     add_worker_options,
@@ -15,6 +14,7 @@ from django_delayq.management.lifecycle import (
     worker_options,
 )
 from django_delayq.management.processes import add_process_options, process_options
+from django_delayq.store.errors import error_text
 from django_delayq.supervisor import Supervisor
 from django_delayq.worker import Worker
 
@@ -61,12 +61,10 @@ class Command(BaseCommand):
             with command_context(worker.stop, "delayq_worker", verbosity):
                 try:
                     stats = worker.run(once=options["once"])
-                except (redis.RedisError, DatabaseError) as exc:
+                except (RedisUnavailable, DatabaseError) as exc:
                     # Only --once gets here: a worker that runs on waits for
                     # Redis and the database, logging each failure.
-                    raise CommandError(
-                        f"worker failed: {type(exc).__name__}: {exc}"
-                    ) from exc
+                    raise CommandError(f"worker failed: {error_text(exc)}") from exc
                 except WorkerStuck as exc:
                     # The stuck thread cannot be stopped; only the process
                     # can. Its process manager starts a fresh one.

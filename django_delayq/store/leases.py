@@ -1,0 +1,67 @@
+"""Leases: a key one holder owns for a while, renewed by its token.
+
+The dispatchers hold one lease per shard (only the holder moves the shard's
+due ids, fenced again inside ``move.lua``) and count each other in a
+heartbeat sorted set; the sweepers share one lease so that one sweeps at a
+time. Every call touches one key, so one slot of a Redis Cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import redis
+
+from . import scripts
+from .errors import translated
+
+
+@translated
+def take(client: redis.Redis, key: str, token: str, ttl_ms: int) -> bool:
+    """Take the lease if it is free, or renew it if ``token`` holds it; True
+    if ``token`` holds it now, for ``ttl_ms``."""
+    return int(scripts.load("lease")(client, (key,), (token, ttl_ms))) != 0
+
+
+@translated
+def renew_all(
+    client: redis.Redis, keys: Sequence[str], token: str, ttl_ms: int
+) -> list[bool]:
+    """:func:`take` for many leases in one round trip; whether each is held."""
+    script = scripts.load("lease")
+    replies = scripts.run_many(
+        client, [(script, (key,), (token, ttl_ms)) for key in keys]
+    )
+    return [int(reply) != 0 for reply in replies]
+
+
+@translated
+def is_held(client: redis.Redis, key: str) -> bool:
+    """Whether anybody holds the lease."""
+    return bool(client.exists(key))
+
+
+@translated
+def release(client: redis.Redis, key: str, token: str) -> None:
+    """Hand the lease back, if ``token`` still holds it (compare and delete,
+    atomically: an expired lease someone else took stays theirs)."""
+    scripts.load("release")(client, (key,), (token,))
+
+
+@translated
+def beat(
+    client: redis.Redis, members_key: str, token: str, ttl_ms: int, *, prune: bool
+) -> int:
+    """Say that ``token`` is alive for ``ttl_ms`` more in the heartbeat set;
+    how many members are alive. ``prune`` also drops the expired ones."""
+    return int(
+        scripts.load("members")(
+            client, (members_key,), (token, ttl_ms, "1" if prune else "0")
+        )
+    )
+
+
+@translated
+def leave(client: redis.Redis, members_key: str, token: str) -> None:
+    """Leave the heartbeat set at once (a graceful stop)."""
+    client.zrem(members_key, token)
