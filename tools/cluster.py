@@ -19,7 +19,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
 import redis
@@ -29,6 +28,7 @@ from tools.servers import (
     LOOPBACK,
     RedisServer,
     ServerError,
+    Started,
     _redis_binary,
     free_port,
     wait_until,
@@ -62,7 +62,7 @@ class ClusterNode(RedisServer):
         super().__init__(extra_args=[part for pair in options.items() for part in pair])
 
 
-class RedisCluster:
+class RedisCluster(Started):
     """Three primaries with one replica each, started and stopped together."""
 
     def __init__(self, primaries: int = 3) -> None:
@@ -90,17 +90,6 @@ class RedisCluster:
     def close(self) -> None:
         for node in self.nodes:
             node.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- what tests look at ---------------------------------------------------
 

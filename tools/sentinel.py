@@ -16,12 +16,11 @@ Needs redis-py (the tests' virtualenv has it), unlike tools.servers.
 from __future__ import annotations
 
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
 import redis
 
-from tools.servers import LOOPBACK, RedisServer, ServerError, wait_until
+from tools.servers import LOOPBACK, RedisServer, ServerError, Started, wait_until
 
 SERVICE = "mymaster"
 
@@ -77,7 +76,7 @@ class SentinelServer(RedisServer):
         return [*super()._argv()[:1], str(self.config_path), "--sentinel"]
 
 
-class SentinelSet:
+class SentinelSet(Started):
     """A primary, a replica and three sentinels, started and stopped together."""
 
     def __init__(self) -> None:
@@ -112,17 +111,6 @@ class SentinelSet:
     def close(self) -> None:
         for server in [*self.sentinels, *self.servers]:
             server.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- faults ------------------------------------------------------------
 

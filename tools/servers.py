@@ -43,6 +43,7 @@ __all__ = [
     "PostgresServer",
     "RedisServer",
     "ServerError",
+    "Started",
     "free_port",
     "main",
     "wait_until",
@@ -93,7 +94,29 @@ def wait_until(
         time.sleep(0.1)
 
 
-class _Server:
+class Started:
+    """``with x:`` starts ``x`` and closes it, whatever happens inside: the
+    servers, and the sets of servers in tools.cluster and tools.sentinel."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class _Server(Started):
     """Process bookkeeping shared by the concrete servers."""
 
     name = "server"
@@ -204,17 +227,6 @@ class _Server:
         if self._at_exit:
             atexit.unregister(self.close)
             self._at_exit = False
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.is_running() else "stopped"
