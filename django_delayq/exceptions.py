@@ -8,6 +8,8 @@ working.
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
 from django.core.exceptions import ImproperlyConfigured
 
@@ -75,14 +77,24 @@ class RedisUnavailable(DelayQueueException, redis.RedisError):
     catches that keeps working.
     """
 
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(f"{type(cause).__name__}: {cause}")
+    def __init__(
+        self, cause: BaseException | str, *, unreachable: bool = False
+    ) -> None:
+        if isinstance(cause, BaseException):
+            unreachable = isinstance(
+                cause, redis.ConnectionError | redis.TimeoutError | OSError
+            )
+            cause = f"{type(cause).__name__}: {cause}"
+        super().__init__(cause)
         #: True when Redis could not be reached or did not answer in time (a
         #: socket error, a timeout, no node or no primary), rather than
         #: answering with an error.
-        self.unreachable = isinstance(
-            cause, redis.ConnectionError | redis.TimeoutError | OSError
-        )
+        self.unreachable = unreachable
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled with its message and flag (a multiprocessing queue, a
+        # test runner's worker), not with a cause that may not pickle.
+        return (type(self), (str(self),), {"unreachable": self.unreachable})
 
 
 class TimeLimitExceeded(BaseException):

@@ -4,6 +4,7 @@ it as one exception, RedisUnavailable, which the loops catch."""
 from __future__ import annotations
 
 import ast
+import pickle
 import uuid
 from pathlib import Path
 
@@ -53,6 +54,8 @@ def test_an_unreachable_redis_is_redis_unavailable(settings):
     assert error.unreachable
     assert str(error).startswith("ConnectionError: Error 111 connecting to")
     assert error_text(error) == str(error)
+    copy = pickle.loads(pickle.dumps(error))
+    assert (str(copy), copy.unreachable) == (str(error), True)
     # Code that catches either family keeps working.
     assert isinstance(error, DelayQueueException)
     assert isinstance(error, redis.RedisError)
