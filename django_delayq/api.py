@@ -36,6 +36,7 @@ from .models import ACTIVE_STATUSES, DelayedTask, OutboxEntry, Status
 from .payload import check_payload
 from .rows import insert_rows, new_row
 from .sync import index_after_commit, unindex_after_commit
+from .text import check_text
 from .timing import resolve_run_at
 
 MAX_KEY_LENGTH = 200
@@ -254,6 +255,11 @@ class _Target:
 def _target(call: Call) -> _Target:
     settings = get_settings()
     registered = registry.resolve(call.task)
+    if call.queue is not None and not isinstance(call.queue, str):
+        raise InvalidArgument(
+            f"queue= must be a queue name (a str from DELAYQ['QUEUES']), not "
+            f"{type(call.queue).__name__} ({call.queue!r})."
+        )
     queue_name = call.queue if call.queue is not None else registered.queue
     queue = settings.queue("default" if queue_name is None else queue_name)
     max_attempts = call.max_attempts
@@ -298,13 +304,13 @@ def _prepare(
     args, kwargs = check_payload(
         call.args, call.kwargs, max_bytes=get_settings().max_payload_bytes
     )
-    if call.key is not None and (
-        not isinstance(call.key, str) or not 0 < len(call.key) <= MAX_KEY_LENGTH
-    ):
-        raise InvalidArgument(
-            f"key= must be a non-empty string of at most {MAX_KEY_LENGTH} "
-            f"characters; got {call.key!r}."
-        )
+    if call.key is not None:
+        if not isinstance(call.key, str) or not 0 < len(call.key) <= MAX_KEY_LENGTH:
+            raise InvalidArgument(
+                f"key= must be a non-empty string of at most {MAX_KEY_LENGTH} "
+                f"characters; got {call.key!r}."
+            )
+        check_text(call.key, "key=", InvalidArgument)
     task_id = uuid7()
     return new_row(
         {
@@ -397,7 +403,7 @@ def _lookup(task_or_id: object, key: str | None) -> _Lookup:
     if key is not None:
         if not isinstance(key, str):
             raise InvalidArgument(f"key= must be a string; got {key!r}.")
-        return _Lookup(key=key)
+        return _Lookup(key=check_text(key, "key=", InvalidArgument))
     if isinstance(task_or_id, DelayedTask):
         return _Lookup(task_id=task_or_id.pk)
     if isinstance(task_or_id, uuid.UUID):

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from django.conf import settings as django_settings
 
 from .exceptions import InvalidConfiguration, UnknownQueue
+from .text import short_repr
 
 DEFAULT_QUEUE = "default"
 
@@ -233,13 +234,27 @@ def _connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:
     if url is not None:
         scheme = urlsplit(url).scheme if isinstance(url, str) else None
         if scheme not in _REDIS_SCHEMES:
+            shown = repr(redact_url(url)) if isinstance(url, str) else short_repr(url)
             return [
                 Problem(
                     "delayq.E003",
                     f'DELAYQ["REDIS_URL"] must be a redis://, rediss:// or '
-                    f"unix:// URL; got {url!r}.",
+                    f"unix:// URL; got {shown}.",
                     'For example "redis://:password@127.0.0.1:6379/0", or '
                     '"rediss://..." for TLS.',
+                )
+            ]
+        assert isinstance(url, str)
+        malformed = _url_problem(url)
+        if malformed is not None:
+            return [
+                Problem(
+                    "delayq.E003",
+                    f'DELAYQ["REDIS_URL"] {redact_url(url)!r} is malformed: '
+                    f"{malformed}.",
+                    "Percent-encode the special characters of the user name and "
+                    "password (urllib.parse.quote(password, safe='')): "
+                    "'#' as %23, '/' as %2F, '?' as %3F, '@' as %40, ':' as %3A.",
                 )
             ]
         if cluster:
@@ -266,6 +281,37 @@ def _connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:
             )
         ]
     return []
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its credentials (everything between ``//`` and the last
+    ``@``, so also a password whose ``@`` or ``/`` was not encoded) masked,
+    for messages and logs."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://).*@", r"\1***@", url, flags=re.S)
+
+
+def _url_problem(url: str) -> str | None:
+    """What makes a redis://, rediss:// or unix:// URL unusable, or None.
+
+    Such URLs mostly come from a password with a character that has a
+    meaning in URLs and was not percent-encoded: the rest of the password
+    then reads as a path, a query or a fragment, and the client would
+    connect somewhere else, or print the password in its error.
+    """
+    parts = urlsplit(url)
+    if parts.fragment or url.endswith("#"):
+        return "it has a '#' part, which no Redis URL has"
+    if parts.scheme == "unix":
+        return None if parts.path else "it names no socket path"
+    try:
+        parts.port  # noqa: B018 - a non-numeric port raises here
+    except ValueError:
+        return "its port is not a number"
+    if not parts.hostname:
+        return "it names no host"
+    if not re.fullmatch(r"/?\d*", parts.path):
+        return "its path must be a database number, like /0"
+    return None
 
 
 def _cluster_url_problems(url: str) -> list[Problem]:
@@ -459,7 +505,7 @@ def _number_problems(raw: Mapping[Any, Any]) -> list[Problem]:
                 Problem(
                     "delayq.E006",
                     f'DELAYQ["{key}"] must be {kind} from {low} to {high}; '
-                    f"got {value!r}.",
+                    f"got {short_repr(value)}.",
                     f"Remove it to use the default ({DEFAULTS[key]!r}).",
                 )
             )
@@ -471,11 +517,10 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-    )
+    if isinstance(value, bool):
+        return False
+    # An int is finite however large (math.isfinite() would overflow on it).
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
 
 
 def parse(raw: Any) -> Settings:

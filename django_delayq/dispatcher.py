@@ -70,8 +70,10 @@ class Dispatcher:
         self.queues = [settings.queue(name) for name in names]
         if not 1 <= batch_size <= 10_000:
             raise ValueError(f"batch_size must be from 1 to 10000; got {batch_size}.")
-        if not lease_ttl >= 1:
-            raise ValueError(f"lease_ttl must be at least 1 second; got {lease_ttl}.")
+        if not 1 <= lease_ttl <= 86400:  # also refuses nan and inf
+            raise ValueError(
+                f"lease_ttl must be from 1 to 86400 seconds; got {lease_ttl}."
+            )
         if not max_wait > 0:
             raise ValueError(f"max_wait must be a positive number; got {max_wait}.")
         self.batch_size = batch_size

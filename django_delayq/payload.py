@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .exceptions import InvalidPayload, PayloadTooLarge
+from .text import check_text
 
 _MAX_DEPTH = 64
 _HINTS = {
@@ -47,6 +48,7 @@ def check_payload(
             raise InvalidPayload(
                 f"kwargs= keys must be strings (argument names); got {key!r}."
             )
+        check_text(key, f"the kwargs= key {key!r}", InvalidPayload)
     clean_args = [_check(v, f"args[{i}]", 0) for i, v in enumerate(args)]
     clean_kwargs = {k: _check(v, f"kwargs[{k!r}]", 0) for k, v in kwargs.items()}
     size = encoded_size(clean_args) + encoded_size(clean_kwargs)
@@ -72,8 +74,10 @@ def encoded_size(value: Any) -> int:
 def _check(value: Any, where: str, depth: int) -> Any:
     if depth > _MAX_DEPTH:
         raise InvalidPayload(f"{where} is nested more than {_MAX_DEPTH} levels deep.")
-    if value is None or isinstance(value, bool | str):
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, str):
+        return check_text(value, where, InvalidPayload)
     if isinstance(value, int):
         return int(value)  # IntEnum and friends become plain ints
     if isinstance(value, float):
@@ -93,6 +97,7 @@ def _check(value: Any, where: str, depth: int) -> Any:
                     f"{where} has the key {key!r} ({type(key).__name__}); JSON "
                     f"object keys must be strings, so convert it with str()."
                 )
+            check_text(key, f"{where} key {key!r}", InvalidPayload)
             out[key] = _check(item, f"{where}[{key!r}]", depth + 1)
         return out
     kind = type(value).__name__

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from .conf import MAX_TIME_LIMIT
 from .exceptions import InvalidArgument, InvalidTaskDefinition, TaskNotRegistered
+from .text import check_text
 
 if TYPE_CHECKING:
     import datetime
@@ -186,6 +187,7 @@ def _build(
             f"@task(name=...) must be a non-empty string of at most "
             f"{MAX_NAME_LENGTH} characters; got {name!r}."
         )
+    check_text(name, "@task(name=...)", InvalidTaskDefinition)
     if queue is not None and (not isinstance(queue, str) or not queue):
         raise InvalidTaskDefinition(
             f"@task(queue=...) must be a queue name; got {queue!r}."

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from .exceptions import InvalidSchedule
+from .text import short_repr
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _MS = datetime.timedelta(milliseconds=1)
@@ -32,7 +33,7 @@ def resolve_run_at(
         )
     now = timezone.now() if now is None else now
     if eta is not None:
-        run_at = _check_eta(eta)
+        run_at = _check_eta(eta, now)
     elif delay is not None:
         run_at = now + _check_delay(delay)
     else:
@@ -44,45 +45,54 @@ def _check_delay(delay: Any) -> datetime.timedelta:
     if isinstance(delay, datetime.timedelta):
         seconds = delay.total_seconds()
     elif isinstance(delay, int | float) and not isinstance(delay, bool):
-        seconds = float(delay)
+        try:
+            seconds = float(delay)
+        except OverflowError:  # an int too large for a float: 10**400
+            seconds = math.inf if delay > 0 else -math.inf
     else:
         raise InvalidSchedule(
             f"delay= must be a number of seconds (int or float) or a "
             f"datetime.timedelta, not {type(delay).__name__} ({delay!r})."
         )
-    if math.isnan(seconds) or math.isinf(seconds):
+    if math.isnan(seconds) or (math.isinf(seconds) and isinstance(delay, float)):
         raise InvalidSchedule(
             f"delay= must be a finite number of seconds; got {delay!r}."
         )
     if seconds < 0:
         raise InvalidSchedule(
-            f"delay= cannot be negative (got {delay!r}); use delay=0 to run "
+            f"delay= cannot be negative (got {short_repr(delay)}); use delay=0 to run "
             f"as soon as possible."
         )
     if seconds > MAX_DELAY.total_seconds():
         raise InvalidSchedule(
-            f"delay= of {delay!r} is more than 100 years; pass a sensible delay "
-            f"or an eta= datetime."
+            f"delay= of {short_repr(delay)} is more than 100 years; pass a sensible "
+            f"delay or an eta= datetime."
         )
     return datetime.timedelta(seconds=seconds)
 
 
-def _check_eta(eta: Any) -> datetime.datetime:
+def _check_eta(eta: Any, now: datetime.datetime) -> datetime.datetime:
     if not isinstance(eta, datetime.datetime):
         raise InvalidSchedule(
             f"eta= must be a datetime.datetime, not {type(eta).__name__} "
             f"({eta!r}); for a number of seconds from now use delay=."
         )
-    if settings.USE_TZ:
-        if timezone.is_naive(eta):
-            raise InvalidSchedule(
-                f"eta= must be timezone-aware when USE_TZ = True; got the naive "
-                f"{eta.isoformat()}. Use django.utils.timezone.make_aware(eta) "
-                f"or pass tzinfo=datetime.UTC."
-            )
-        return eta
-    # With USE_TZ = False Django stores naive local times.
-    return timezone.make_naive(eta) if timezone.is_aware(eta) else eta
+    if settings.USE_TZ and timezone.is_naive(eta):
+        raise InvalidSchedule(
+            f"eta= must be timezone-aware when USE_TZ = True; got the naive "
+            f"{eta.isoformat()}. Use django.utils.timezone.make_aware(eta) "
+            f"or pass tzinfo=datetime.UTC."
+        )
+    run_at: datetime.datetime = eta
+    if not settings.USE_TZ and timezone.is_aware(run_at):
+        # With USE_TZ = False Django stores naive local times.
+        run_at = timezone.make_naive(run_at)
+    if run_at - now > MAX_DELAY:
+        raise InvalidSchedule(
+            f"eta= {run_at.isoformat()} is more than 100 years from now; pass a "
+            f"sensible date."
+        )
+    return run_at
 
 
 def ceil_ms(value: datetime.datetime) -> datetime.datetime:

@@ -116,9 +116,10 @@ class Worker:
             )
         self.pacer = Pacer(budget=group_budget, max_size=group_size)
         self._quota = Quota(max_tasks)
-        if visibility_timeout is not None and not visibility_timeout > 0:
+        if visibility_timeout is not None and not 1 <= visibility_timeout <= 86400:
+            # The range of DELAYQ["VISIBILITY_TIMEOUT"] (also refuses nan, inf).
             raise ValueError(
-                f"visibility_timeout must be a positive number of seconds; "
+                f"visibility_timeout must be from 1 to 86400 seconds; "
                 f"got {visibility_timeout}."
             )
         self.visibility_timeout = (

@@ -52,6 +52,27 @@ NAIVE = datetime.datetime(2030, 1, 1, 12, 0)
         ({"max_attempts": 1001}, InvalidArgument, "max_attempts"),
         ({"max_attempts": 0}, InvalidArgument, "max_attempts"),
         ({"key": ""}, InvalidArgument, "key="),
+        # What PostgreSQL cannot store, or no database: refused before writing.
+        ({"args": ["a\x00b"]}, InvalidPayload, r"args\[0\] contains a NUL"),
+        ({"kwargs": {"b": "\ud800"}}, InvalidPayload, r"\['b'\] contains a lone"),
+        ({"kwargs": {"a\x00": 1}}, InvalidPayload, "kwargs= key 'a.x00' contains"),
+        ({"args": [{"k\udc80": 1}]}, InvalidPayload, r"args\[0\] key .* surrogate"),
+        ({"key": "k\x00"}, InvalidArgument, "key= contains a NUL"),
+        ({"key": "\ud800"}, InvalidArgument, "key= contains a lone surrogate"),
+        ({"queue": ["x"]}, InvalidArgument, r"queue= must be a queue name.*list"),
+        ({"delay": 10**400}, InvalidSchedule, "an int of 1329 bits is more than 100"),
+        ({"delay": 10**5000}, InvalidSchedule, "more than 100 years"),
+        ({"delay": -(10**400)}, InvalidSchedule, "cannot be negative"),
+        (
+            {"eta": datetime.datetime.max.replace(tzinfo=datetime.UTC)},
+            InvalidSchedule,
+            "9999-12-31T23:59:59.999999[+]00:00 is more than 100 years from now",
+        ),
+        (
+            {"eta": datetime.datetime(9999, 1, 1, tzinfo=datetime.UTC)},
+            InvalidSchedule,
+            "more than 100 years",
+        ),
     ],
 )
 def test_bad_input_raises_and_writes_nothing(redis_client, kwargs, error, message):
@@ -90,3 +111,28 @@ def test_payload_errors_are_also_value_errors_and_schedule_errors_too():
         schedule(add, args=[1, 2], delay=-3)
     with pytest.raises(LookupError, match="not configured"):
         schedule(add, args=[1, 2], queue="missing")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"args": ["a\x00b"]},
+        {"kwargs": {"note": "\udcff"}},
+        {"key": "order-\x00"},
+        {"queue": ["orders"]},
+        {"delay": 10**400},
+    ],
+)
+def test_the_callers_transaction_stays_usable_after_bad_input(redis_client, bad):
+    """Refused before any statement, so even on PostgreSQL the transaction
+    is not aborted: the caller goes on and commits."""
+    from django_delayq import cancel
+
+    with transaction.atomic():
+        with pytest.raises(DelayQueueException):
+            schedule(add, **{"args": [1, 2], **bad})
+        with pytest.raises(InvalidArgument, match="lone surrogate"):
+            cancel(key="\ud800")
+        task = schedule(add, args=[1, 2])
+    assert list(DelayedTask.objects.values_list("pk", flat=True)) == [task.pk]
+    assert list(due_members(redis_client)) == [task.pk]

@@ -105,6 +105,15 @@ def test_dispatchers_of_different_queue_sets_drain_every_shard(redis_client):
         ("delayq_worker", ["--queue", "nope"], "queue='nope' is not configured"),
         ("delayq_dispatch", ["--batch-size", "0"], "batch_size must be"),
         ("delayq_sweep", ["--interval", "0"], "--interval must be"),
+        # Not a finite number: refused up front, never a traceback later.
+        ("delayq_worker", ["--visibility-timeout", "inf"], "from 1 to 86400"),
+        ("delayq_worker", ["--visibility-timeout", "nan"], "from 1 to 86400"),
+        ("delayq_dispatch", ["--lease-ttl", "inf"], "lease_ttl must be from 1"),
+        ("delayq_dispatch", ["--lease-ttl", "nan"], "lease_ttl must be from 1"),
+        ("delayq_sweep", ["--interval", "nan"], "--interval must be"),
+        ("delayq_sweep", ["--interval", "inf"], "--interval must be"),
+        ("delayq_worker", ["--group-budget", "inf"], "group_budget must be"),
+        ("delayq_worker", ["--grace-period", "nan"], "grace-period"),
     ],
 )
 def test_bad_options_are_command_errors(command, args, message):

@@ -195,3 +195,47 @@ def test_a_sentinel_setting_is_parsed_with_its_defaults(settings):
     )
     assert sentinel.sentinel_password == "s3cret"
     assert get_settings().redis_url is None
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("redis://:pa#s3cret@10.0.0.1:6379/0", "has a '#' part"),
+        ("redis://:pa/s3cret@10.0.0.1:6379/0", "port is not a number"),
+        ("redis://:pa?s3cret@10.0.0.1:6379/0", "port is not a number"),
+        ("redis://:s3cret@10.0.0.1:6379/zero", "must be a database number"),
+        ("http://:s3cret@10.0.0.1:6379/0", "must be a redis://"),
+    ],
+)
+def test_a_malformed_redis_url_is_refused_without_printing_its_password(
+    settings, url, says
+):
+    settings.DELAYQ = {"REDIS_URL": url}
+    [problem] = check_settings()
+    assert problem.id == "delayq.E003"
+    assert says in problem.msg
+    assert "***@10.0.0.1:6379" in problem.msg
+    assert "s3cret" not in problem.msg + problem.hint
+    with pytest.raises(InvalidConfiguration) as caught:
+        get_settings()
+    assert "s3cret" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://u:p@ss@10.0.0.1:6379/0",  # the last '@' ends the credentials
+        "redis://:a:b@10.0.0.1/0",
+        "rediss://10.0.0.1:6380",
+        "unix:///run/redis.sock?db=2",
+    ],
+)
+def test_well_formed_redis_urls_pass(settings, url):
+    assert ids(settings, {"REDIS_URL": url}) == []
+
+
+def test_a_huge_number_setting_is_a_check_error_not_a_crash(settings):
+    settings.DELAYQ = {"REDIS_URL": URL, "VISIBILITY_TIMEOUT": 10**5000}
+    [problem] = check_settings()
+    assert problem.id == "delayq.E006"
+    assert "got an int of 16610 bits" in problem.msg

@@ -37,6 +37,21 @@ def test_a_taken_name_cannot_be_given_to_another_function():
         task(name="tests.testapp.tasks.add")(other)
 
 
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [("shop.cancel\x00", "a NUL"), ("shop.\udc80", "a lone surrogate")],
+)
+def test_a_name_no_database_can_store_is_refused(name, message):
+    def other() -> None: ...
+
+    with pytest.raises(
+        InvalidTaskDefinition, match=rf"@task\(name=...\) contains {message}"
+    ):
+        task(name=name)(other)
+    with pytest.raises(TaskNotRegistered):
+        registry.get(name)
+
+
 def test_a_task_cannot_be_decorated_twice():
     with pytest.raises(InvalidTaskDefinition, match="apply @task once"):
         task(testapp_tasks.add)

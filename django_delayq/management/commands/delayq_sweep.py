@@ -31,8 +31,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         with option_errors():
-            if options["interval"] <= 0:
-                raise ValueError("--interval must be a positive number of seconds.")
+            if not 0 < options["interval"] <= 86400:  # also refuses nan and inf
+                raise ValueError(
+                    f"--interval must be more than 0 and at most 86400 seconds; "
+                    f"got {options['interval']}."
+                )
             sweeper = Sweeper(progress=lambda line: self.stderr.write(f"sweep: {line}"))
         with command_context(sweeper.stop, "delayq_sweep", options["verbosity"]):
             try:

@@ -1,0 +1,43 @@
+"""Strings every supported database can store.
+
+Two kinds of ``str`` pass Python's type checks but not a database: a NUL
+character (``"\\x00"``), which PostgreSQL refuses in ``text`` and ``jsonb``
+(``DataError``, which also breaks the caller's transaction), and a lone
+surrogate (``"\\ud800"``, what decoding bytes with ``surrogateescape`` leaves
+behind), which is not Unicode at all and cannot be encoded as UTF-8 for any
+database. Both are refused before anything is written, with the place named.
+"""
+
+from __future__ import annotations
+
+from .exceptions import DelayQueueException
+
+
+def check_text(value: str, where: str, error: type[DelayQueueException]) -> str:
+    """Return ``value`` if a database can store it; else raise ``error``
+    naming ``where`` (``"args[0]"``, ``"key="``...)."""
+    if "\x00" in value:
+        raise error(
+            f"{where} contains a NUL character ('\\x00') at position "
+            f"{value.index(chr(0))}, which PostgreSQL cannot store; remove it, "
+            f"or pass binary data encoded (e.g. base64)."
+        )
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise error(
+                f"{where} contains a lone surrogate ({value[exc.start]!r}) at "
+                f"position {exc.start}, which is not valid Unicode text; it "
+                f"usually comes from bytes decoded with errors='surrogateescape'. "
+                f"Decode them properly, or pass them encoded (e.g. base64)."
+            ) from None
+    return value
+
+
+def short_repr(value: object) -> str:
+    """``repr(value)`` for an error message, except for a huge int, whose
+    digits say nothing (and past 4,300 of them Python refuses to print)."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an int of {value.bit_length()} bits"
+    return repr(value)
