@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import json
 import uuid
 from collections.abc import Mapping
 from typing import Any, ParamSpec, TypeVar
@@ -35,8 +36,10 @@ from ._tasks_compat import (  # noqa: E402
     Task,
     TaskResult,
     TaskResultDoesNotExist,
+    normalize_json,
     task_enqueued,
 )
+from .payload import encode_json  # noqa: E402
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -45,6 +48,18 @@ R = TypeVar("R")
 BACKEND_PATH = "django_delayq.backends.DelayQueueBackend"
 #: ``OPTIONS`` the backend understands, with their defaults.
 OPTIONS: dict[str, Any] = {"max_attempts": None, "atomic": True}
+
+
+def _as_django_stores(value: Any) -> Any:
+    """What Django's own backends keep of ``args`` or ``kwargs``: its
+    ``normalize_json()`` (bytes become UTF-8 text, tuples lists), then what a
+    JSON round trip gives (integer keys become strings). A value it refuses
+    is passed on as it is, so that ``schedule()`` names the place and the
+    fix (as a ``TypeError`` too, like Django's backends)."""
+    try:
+        return json.loads(encode_json(normalize_json(value)))
+    except (TypeError, ValueError, RecursionError):
+        return value
 
 
 class TaskCancelled(DelayQueueException):
@@ -107,8 +122,8 @@ class DelayQueueBackend(BaseTaskBackend):
 
         row = api.schedule(
             task.module_path,
-            args=args,
-            kwargs=kwargs,
+            args=_as_django_stores(args),
+            kwargs=_as_django_stores(kwargs),
             eta=task.run_after,
             queue=task.queue_name,
             max_attempts=self.max_attempts,

@@ -42,6 +42,12 @@ class InvalidPayload(DelayQueueException, ValueError):
     """``args`` / ``kwargs`` cannot be stored as JSON."""
 
 
+class UnsupportedPayloadType(InvalidPayload, TypeError):
+    """A value (or a key, or ``args``/``kwargs`` themselves) is of a type
+    JSON cannot hold: a set, a datetime, an object... Also a ``TypeError``,
+    as Django's Tasks framework raises for such arguments."""
+
+
 class PayloadTooLarge(InvalidPayload):
     """The encoded ``args`` and ``kwargs`` exceed ``MAX_PAYLOAD_BYTES``."""
 

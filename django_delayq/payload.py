@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .exceptions import InvalidPayload, PayloadTooLarge
+from .exceptions import InvalidPayload, PayloadTooLarge, UnsupportedPayloadType
 from .text import check_text
 
 _MAX_DEPTH = 64
@@ -33,19 +33,19 @@ def check_payload(
 ) -> tuple[list[Any], dict[str, Any]]:
     """Validate ``args`` and ``kwargs``; return them as JSON-ready list and dict."""
     if isinstance(args, str | bytes) or not isinstance(args, list | tuple):
-        raise InvalidPayload(
+        raise UnsupportedPayloadType(
             f"args= must be a list or tuple of positional arguments, not "
             f"{type(args).__name__}; for one argument write args=[value]."
         )
     if kwargs is None:
         kwargs = {}
     if not isinstance(kwargs, Mapping):
-        raise InvalidPayload(
+        raise UnsupportedPayloadType(
             f"kwargs= must be a dict of keyword arguments, not {type(kwargs).__name__}."
         )
     for key in kwargs:
         if not isinstance(key, str):
-            raise InvalidPayload(
+            raise UnsupportedPayloadType(
                 f"kwargs= keys must be strings (argument names); got {key!r}."
             )
         check_text(key, f"the kwargs= key {key!r}", InvalidPayload)
@@ -93,7 +93,7 @@ def _check(value: Any, where: str, depth: int) -> Any:
         out = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                raise InvalidPayload(
+                raise UnsupportedPayloadType(
                     f"{where} has the key {key!r} ({type(key).__name__}); JSON "
                     f"object keys must be strings, so convert it with str()."
                 )
@@ -102,7 +102,7 @@ def _check(value: Any, where: str, depth: int) -> Any:
         return out
     kind = type(value).__name__
     hint = _HINTS.get(kind, "pass plain data: ids, strings, numbers, lists, dicts")
-    raise InvalidPayload(
+    raise UnsupportedPayloadType(
         f"{where} is a {kind}, which is not JSON serializable; {hint}."
     )
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import builtins
 import datetime
 import functools
+import json
 import logging
 import re
 import threading
@@ -36,6 +37,7 @@ from django.utils.module_loading import import_string
 
 from . import _tasks_compat, registry, signals
 from .exceptions import TaskNotRegistered
+from .payload import check_value, encode_json
 
 _tasks_compat.require()
 
@@ -189,12 +191,22 @@ def _runner(django_task: Task[..., Any]) -> Callable[..., Any]:
                 )
             running = _result_of(row, _task_of(row, django_task), django_task.backend)
             value = django_task.call(TaskContext(task_result=running), *args, **kwargs)
-        # Stored as JSON, as the framework's own backends do; a value that
-        # is not JSON fails the attempt (TypeError), as it does there.
-        return normalize_json(value)
+        return _as_stored(value)
 
     functools.update_wrapper(run, django_task.func)
     return run
+
+
+def _as_stored(value: Any) -> Any:
+    """A task's return value as the framework's backends keep it: its
+    ``normalize_json()`` (a type it does not know fails the attempt with a
+    ``TypeError``, as there), then what a JSON round trip gives (integer
+    keys become strings). A value no JSON store can hold (NaN, infinity)
+    fails the attempt with an error that says so, rather than succeeding
+    with the value lost."""
+    return check_value(
+        json.loads(encode_json(normalize_json(value))), "the return value"
+    )
 
 
 # -- results -----------------------------------------------------------------------

@@ -46,6 +46,8 @@ from tests.testapp.django_tasks import (
     fails,
     flaky,
     returns_a_set,
+    returns_int_keys,
+    returns_nan,
 )
 from tests.testapp.models import Ledger, Order
 
@@ -117,6 +119,19 @@ def test_enqueue_writes_a_scheduled_row_named_by_module_path(redis_client):
     )
     with pytest.raises(ValueError, match="not finished"):
         _ = result.return_value
+
+
+def test_arguments_django_accepts_are_stored_as_its_backends_store_them(
+    redis_client,
+):
+    """Bytes (UTF-8) and integer dict keys, which Django's backends accept:
+    the task gets them as a JSON round trip gives them."""
+    result = add.enqueue(b"caf\xc3\xa9", b={1: (2, 3)})
+    row = DelayedTask.objects.get(pk=result.id)
+    assert (row.args, row.kwargs) == (["caf\u00e9"], {"b": {"1": [2, 3]}})
+    # The result says what the task will get, as get_result() will later.
+    assert (result.args, result.kwargs) == (row.args, row.kwargs)
+    assert add.get_result(result.id).kwargs == {"b": {"1": [2, 3]}}
 
 
 def test_a_due_task_runs_and_its_result_is_read_back_from_the_row(redis_client):
@@ -243,6 +258,26 @@ def test_a_failed_task_has_its_exception_class_and_traceback(
         _ = failed.return_value
 
 
+def test_a_return_value_is_kept_as_a_json_round_trip_gives_it(redis_client):
+    result = returns_int_keys.enqueue()
+    drain()
+    done = returns_int_keys.get_result(result.id)
+    assert done.status == TaskResultStatus.SUCCESSFUL
+    assert done.return_value == {"1": [2, 3], "b": "bytes"}
+
+
+def test_a_return_value_no_json_store_holds_fails_the_attempt(
+    redis_client, fast_retries
+):
+    """NaN: not "succeeded" with the value lost, but an error that says why."""
+    result = returns_nan.enqueue()
+    drain()
+    failed = returns_nan.get_result(result.id)
+    assert failed.status == TaskResultStatus.FAILED
+    assert failed.errors[0].exception_class is InvalidPayload
+    assert "the return value['ratio'] is nan" in failed.errors[0].traceback
+
+
 def test_a_return_value_that_is_not_json_fails_the_task(redis_client, fast_retries):
     result = returns_a_set.enqueue()
     drain()
@@ -318,8 +353,11 @@ def test_get_result_of_an_unknown_id_raises_does_not_exist(redis_client):
 
 
 def test_bad_arguments_are_refused_and_write_nothing(redis_client, settings):
-    with pytest.raises(InvalidPayload, match=r"args\[0\]"):
+    with pytest.raises(InvalidPayload, match=r"args\[0\] is a date"):
         add.enqueue(datetime.date(2030, 1, 1), 2)
+    # A TypeError too, as Django's own backends raise for such arguments.
+    with pytest.raises(TypeError, match=r"kwargs\['b'\] is a set"):
+        add.enqueue(1, b={1, 2})
     settings.TASKS = {
         "default": {"BACKEND": "django_delayq.backends.DelayQueueBackend", "QUEUES": []}
     }

@@ -89,6 +89,16 @@ def returns_a_set() -> Any:
     return {1, 2}
 
 
+@task
+def returns_int_keys() -> Any:
+    return {1: (2, 3), "b": b"bytes"}
+
+
+@task
+def returns_nan() -> Any:
+    return {"ratio": float("nan")}
+
+
 @task(backend="elsewhere")
 def declared_elsewhere() -> None:
     """Declared for another backend: no DelayQueueBackend worker may run it."""
