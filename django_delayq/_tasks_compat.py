@@ -10,7 +10,8 @@ says what to install.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import django
 from django.core.exceptions import ImproperlyConfigured
@@ -28,6 +29,7 @@ __all__ = [
     "TaskResult",
     "TaskResultDoesNotExist",
     "TaskResultStatus",
+    "first_of",
     "normalize_json",
     "require",
     "task_backends",
@@ -38,6 +40,17 @@ __all__ = [
 
 #: What provides the framework: ``"django.tasks"``, ``"django_tasks"`` or "".
 FRAMEWORK = ""
+
+
+def first_of(module: ModuleType, *names: str) -> Any:
+    """The first of ``names`` that ``module`` defines: names change between
+    releases of the backport, so its features are detected, not its version.
+    An ``ImportError`` (the framework counts as missing) if none is there."""
+    for name in names:
+        if hasattr(module, name):
+            return getattr(module, name)
+    raise ImportError(f"{module.__name__} defines none of {', '.join(names)}")
+
 
 try:
     # mypy checks the Django 6 branch (TYPE_CHECKING makes the other
@@ -68,6 +81,7 @@ try:
         # not in INSTALLED_APPS.
         import django_tasks.checks  # noqa: F401
         from django_tasks import DEFAULT_TASK_QUEUE_NAME, task_backends
+        from django_tasks import exceptions as _backport_exceptions
         from django_tasks.backends.base import BaseTaskBackend
         from django_tasks.base import (
             Task,
@@ -76,11 +90,14 @@ try:
             TaskResult,
             TaskResultStatus,
         )
-        from django_tasks.exceptions import (
-            InvalidTaskBackendError as InvalidTaskBackend,
-        )
-        from django_tasks.exceptions import InvalidTaskError as InvalidTask
         from django_tasks.exceptions import TaskResultDoesNotExist
+
+        # Named InvalidTaskError/InvalidTaskBackendError up to django-tasks
+        # 0.x, like Django's since: whichever this release has.
+        InvalidTask = first_of(_backport_exceptions, "InvalidTask", "InvalidTaskError")
+        InvalidTaskBackend = first_of(
+            _backport_exceptions, "InvalidTaskBackend", "InvalidTaskBackendError"
+        )
         from django_tasks.signals import task_enqueued, task_finished, task_started
         from django_tasks.utils import normalize_json
 
