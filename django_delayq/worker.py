@@ -116,11 +116,11 @@ class Worker:
             )
         self.pacer = Pacer(budget=group_budget, max_size=group_size)
         self._quota = Quota(max_tasks)
-        if visibility_timeout is not None and not 1 <= visibility_timeout <= 86400:
-            # The range of DELAYQ["VISIBILITY_TIMEOUT"] (also refuses nan, inf).
+        if visibility_timeout is not None and not 0 < visibility_timeout <= 86400:
+            # Also refuses nan and inf, which would overflow the timers.
             raise ValueError(
-                f"visibility_timeout must be from 1 to 86400 seconds; "
-                f"got {visibility_timeout}."
+                f"visibility_timeout must be more than 0 and at most 86400 "
+                f"seconds; got {visibility_timeout}."
             )
         self.visibility_timeout = (
             settings.visibility_timeout

@@ -106,8 +106,8 @@ def test_dispatchers_of_different_queue_sets_drain_every_shard(redis_client):
         ("delayq_dispatch", ["--batch-size", "0"], "batch_size must be"),
         ("delayq_sweep", ["--interval", "0"], "--interval must be"),
         # Not a finite number: refused up front, never a traceback later.
-        ("delayq_worker", ["--visibility-timeout", "inf"], "from 1 to 86400"),
-        ("delayq_worker", ["--visibility-timeout", "nan"], "from 1 to 86400"),
+        ("delayq_worker", ["--visibility-timeout", "inf"], "at most 86400"),
+        ("delayq_worker", ["--visibility-timeout", "nan"], "at most 86400"),
         ("delayq_dispatch", ["--lease-ttl", "inf"], "lease_ttl must be from 1"),
         ("delayq_dispatch", ["--lease-ttl", "nan"], "lease_ttl must be from 1"),
         ("delayq_sweep", ["--interval", "nan"], "--interval must be"),
