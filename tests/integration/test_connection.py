@@ -6,6 +6,8 @@ import socket
 from collections.abc import Iterator
 
 import pytest
+import redis
+from django.core.management import CommandError, call_command
 from django.db import transaction
 
 from django_delayq import schedule
@@ -63,6 +65,35 @@ def test_a_wrong_password_sends_the_task_to_the_outbox(settings, password_redis)
     [entry] = OutboxEntry.objects.all()
     assert entry.task_id == task.pk
     assert "AuthenticationError" in entry.last_error
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "command", ["delayq_dispatch", "delayq_worker", "delayq_sweep"]
+)
+@pytest.mark.parametrize(
+    ("credentials", "error"),
+    [
+        (":wrong@", "AuthenticationError: invalid username-password pair"),
+        ("", "AuthenticationError: Authentication required"),
+        ("confined:pw@", "NoPermissionError: this user has no permissions"),
+    ],
+)
+def test_once_exits_non_zero_when_redis_refuses_the_credentials(
+    settings, password_redis, command, credentials, error
+):
+    # A user whose ACL grants every command but no key of ours.
+    admin = redis.Redis(port=password_redis.port, password="s3cret")
+    admin.execute_command(
+        "ACL", "SETUSER", "confined", "on", ">pw", "~elsewhere:*", "+@all"
+    )
+    admin.close()
+    url = f"redis://{credentials}127.0.0.1:{password_redis.port}/0"
+    settings.DELAYQ = delayq_settings(url)
+    # A pass that cannot reach its keys says why and fails, rather than
+    # retrying forever the way a looping command waits out an outage.
+    with pytest.raises(CommandError, match=f"failed: {error}"):
+        call_command(command, once=True, verbosity=0)
 
 
 @pytest.fixture
