@@ -347,11 +347,18 @@ def _key_clash_as_duplicate(keys: Iterable[str | None], db: str) -> Iterator[Non
         yield
     except IntegrityError:
         wanted = [key for key in keys if key is not None]
-        holder = (
-            DelayedTask.objects.using(db)
-            .filter(key__in=wanted, status__in=ACTIVE_STATUSES)
-            .only("id", "key", "status")
-            .first()
+        # The status is tested here, not in SQL: given "status IN (...)" as
+        # well, SQLite's planner reads every scheduled row through the status
+        # index instead of the few rows these keys have.
+        holder = next(
+            (
+                row
+                for row in DelayedTask.objects.using(db)
+                .filter(key__in=wanted)
+                .only("id", "key", "status")
+                if row.status in ACTIVE_STATUSES
+            ),
+            None,
         )
         if holder is None or holder.key is None:
             raise

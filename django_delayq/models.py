@@ -122,6 +122,19 @@ class DelayedTask(models.Model):
                 fields=["status", "finished_at"], name="delayq_status_finished"
             ),
             models.Index(fields=["name", "status"], name="delayq_name_status"),
+            # cancel(key=), reschedule(key=) and the dedupe checks. The unique
+            # index above covers them on PostgreSQL, but SQLite only uses a
+            # partial index whose condition its planner can prove from the
+            # query, and it cannot prove "status IN (...)" from bound
+            # parameters; "key = ?" does imply "key IS NOT NULL". With the
+            # status as its second column, SQLite (which has no statistics
+            # unless ANALYZE ran) prefers it to the status indexes above.
+            # Keyless rows stay out of it, so they pay nothing.
+            models.Index(
+                fields=["key", "status"],
+                condition=Q(key__isnull=False),
+                name="delayq_key",
+            ),
         ]
 
     def __str__(self) -> str:
