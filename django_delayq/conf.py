@@ -35,6 +35,7 @@ DEFAULTS: dict[str, Any] = {
     "KEY_PREFIX": "delayq",
     "QUEUES": {},
     "MAX_PAYLOAD_BYTES": 64 * 1024,
+    "MAX_RESULT_BYTES": 64 * 1024,
     "MAX_ATTEMPTS": 3,
     "REDIS_TIMEOUT": 0.25,
     "RETRY_BACKOFF": 2.0,
@@ -107,6 +108,7 @@ class Settings:
     key_prefix: str
     queues: Mapping[str, QueueSettings]
     max_payload_bytes: int
+    max_result_bytes: int
     max_attempts: int
     redis_timeout: float
     retry_backoff: float
@@ -485,6 +487,7 @@ def _number_problems(raw: Mapping[Any, Any]) -> list[Problem]:
     problems = []
     for key, low, high, integer in (
         ("MAX_PAYLOAD_BYTES", 1, 64 * 1024 * 1024, True),
+        ("MAX_RESULT_BYTES", 1, 64 * 1024 * 1024, True),
         ("MAX_ATTEMPTS", 1, 1000, True),  # registry.MAX_ATTEMPTS_LIMIT
         ("REDIS_TIMEOUT", 0.001, 60.0, False),
         ("RETRY_BACKOFF", 0.0, 86400.0, False),
@@ -556,6 +559,7 @@ def parse(raw: Any) -> Settings:
         key_prefix=values["KEY_PREFIX"],
         queues=queues,
         max_payload_bytes=values["MAX_PAYLOAD_BYTES"],
+        max_result_bytes=values["MAX_RESULT_BYTES"],
         max_attempts=values["MAX_ATTEMPTS"],
         redis_timeout=float(values["REDIS_TIMEOUT"]),
         retry_backoff=float(values["RETRY_BACKOFF"]),

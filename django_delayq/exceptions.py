@@ -52,6 +52,10 @@ class PayloadTooLarge(InvalidPayload):
     """The encoded ``args`` and ``kwargs`` exceed ``MAX_PAYLOAD_BYTES``."""
 
 
+class ResultTooLarge(InvalidPayload):
+    """A task's return value encodes to more than ``MAX_RESULT_BYTES``."""
+
+
 class InvalidArgument(DelayQueueException, ValueError):
     """Another argument (``key``, ``max_attempts``, ...) has a bad value."""
 

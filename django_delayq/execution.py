@@ -230,11 +230,16 @@ def failure_text(exc: BaseException, limit: float | None) -> str | None:
 
 
 def stored_value(row: DelayedTask, result: Any) -> Any:
-    """The return value as stored: JSON only; anything else is dropped."""
+    """The return value as stored: JSON of at most ``MAX_RESULT_BYTES``;
+    anything else is dropped, with a warning that says why."""
     try:
-        return check_value(result, "the return value")
+        return check_value(
+            result, "the return value", max_bytes=get_settings().max_result_bytes
+        )
     except InvalidPayload as exc:
-        logger.warning("task %s: %s; it is not stored", row.pk, exc)
+        logger.warning(
+            "task %s succeeded; its return value is not stored: %s", row.pk, exc
+        )
         return None
 
 
@@ -268,6 +273,8 @@ def record_failure(
     attempt = row.attempts
     error = f"{type(exc).__name__}: {exc}" if error is None else error
     trace = traceback.format_exc() if trace is None else trace
+    # Clipped here too, so the log line and signal carry what the row keeps.
+    error, trace = transitions.clipped_failure(error, trace)
     if attempt >= row.max_attempts:
         failed = fail(row, attempt, error, trace, expect=Status.RUNNING)
         return Verdict.FAILED if failed else Verdict.FENCED

@@ -13,7 +13,12 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .exceptions import InvalidPayload, PayloadTooLarge, UnsupportedPayloadType
+from .exceptions import (
+    InvalidPayload,
+    PayloadTooLarge,
+    ResultTooLarge,
+    UnsupportedPayloadType,
+)
 from .text import check_text
 
 _MAX_DEPTH = 64
@@ -31,7 +36,11 @@ _HINTS = {
 def check_payload(
     args: Any, kwargs: Any, *, max_bytes: int
 ) -> tuple[list[Any], dict[str, Any]]:
-    """Validate ``args`` and ``kwargs``; return them as JSON-ready list and dict."""
+    """Validate ``args`` and ``kwargs``; return them as JSON-ready list and dict.
+
+    An oversize payload is refused as soon as the walk has seen more text
+    than the limit allows, before the rest is checked or anything encoded.
+    """
     if isinstance(args, str | bytes) or not isinstance(args, list | tuple):
         raise UnsupportedPayloadType(
             f"args= must be a list or tuple of positional arguments, not "
@@ -43,22 +52,71 @@ def check_payload(
         raise UnsupportedPayloadType(
             f"kwargs= must be a dict of keyword arguments, not {type(kwargs).__name__}."
         )
+    budget = _Budget(
+        max_bytes, "args and kwargs encode", "MAX_PAYLOAD_BYTES", _PAYLOAD_ADVICE
+    )
     for key in kwargs:
         if not isinstance(key, str):
             raise UnsupportedPayloadType(
                 f"kwargs= keys must be strings (argument names); got {key!r}."
             )
         check_text(key, f"the kwargs= key {key!r}", InvalidPayload)
-    clean_args = [_check(v, f"args[{i}]", 0) for i, v in enumerate(args)]
-    clean_kwargs = {k: _check(v, f"kwargs[{k!r}]", 0) for k, v in kwargs.items()}
-    size = encoded_size(clean_args) + encoded_size(clean_kwargs)
-    if size > max_bytes:
-        raise PayloadTooLarge(
-            f"args and kwargs encode to {size} bytes of JSON, over the "
-            f'DELAYQ["MAX_PAYLOAD_BYTES"] limit of {max_bytes}. Pass ids and '
-            f"load the data in the task, or raise the limit."
-        )
+    clean_args = [_check(v, f"args[{i}]", 0, budget) for i, v in enumerate(args)]
+    clean_kwargs = {
+        k: _check(v, f"kwargs[{k!r}]", 0, budget) for k, v in kwargs.items()
+    }
+    budget.check(encoded_size(clean_args) + encoded_size(clean_kwargs))
     return clean_args, clean_kwargs
+
+
+def check_value(value: Any, where: str, *, max_bytes: int | None = None) -> Any:
+    """Return ``value`` as plain JSON data, or raise :class:`InvalidPayload`
+    (:class:`ResultTooLarge` past ``max_bytes`` of JSON, for a return value)."""
+    if max_bytes is None:
+        return _check(value, where, 0, None)
+    budget = _Budget(max_bytes, f"{where} encodes", "MAX_RESULT_BYTES", _RESULT_ADVICE)
+    clean = _check(value, where, 0, budget)
+    budget.check(encoded_size(clean))
+    return clean
+
+
+_PAYLOAD_ADVICE = "Pass ids and load the data in the task, or raise the limit."
+_RESULT_ADVICE = (
+    "Return an id or a summary and keep the data in your own table, or raise the limit."
+)
+
+
+class _Budget:
+    """What a value may still encode to, counted from below while walking it.
+
+    Each string counts its characters plus its quotes and each other value
+    one byte: never more than its JSON, so running out proves the value is
+    too large without encoding it.
+    """
+
+    __slots__ = ("advice", "left", "limit", "setting", "what")
+
+    def __init__(self, limit: int, what: str, setting: str, advice: str) -> None:
+        self.limit, self.left = limit, limit
+        self.what, self.setting, self.advice = what, setting, advice
+
+    def spend(self, size: int) -> None:
+        self.left -= size
+        if self.left < 0:
+            self._refuse(f"more than {self.limit} bytes")
+
+    def check(self, size: int) -> None:
+        if size > self.limit:
+            self._refuse(f"{size} bytes")
+
+    def _refuse(self, size: str) -> None:
+        error = (
+            PayloadTooLarge if self.setting == "MAX_PAYLOAD_BYTES" else ResultTooLarge
+        )
+        raise error(
+            f"{self.what} to {size} of JSON, over the "
+            f'DELAYQ["{self.setting}"] limit of {self.limit}. {self.advice}'
+        )
 
 
 #: One encoder for every call: ``json.dumps()`` with options builds a new one
@@ -71,9 +129,11 @@ def encoded_size(value: Any) -> int:
     return len(text) if text.isascii() else len(text.encode())
 
 
-def _check(value: Any, where: str, depth: int) -> Any:
+def _check(value: Any, where: str, depth: int, budget: _Budget | None) -> Any:
     if depth > _MAX_DEPTH:
         raise InvalidPayload(f"{where} is nested more than {_MAX_DEPTH} levels deep.")
+    if budget is not None:
+        budget.spend(len(value) + 2 if isinstance(value, str) else 1)
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, str):
@@ -88,7 +148,9 @@ def _check(value: Any, where: str, depth: int) -> Any:
             )
         return float(value)
     if isinstance(value, list | tuple):
-        return [_check(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
+        return [
+            _check(v, f"{where}[{i}]", depth + 1, budget) for i, v in enumerate(value)
+        ]
     if isinstance(value, Mapping):
         out = {}
         for key, item in value.items():
@@ -98,15 +160,12 @@ def _check(value: Any, where: str, depth: int) -> Any:
                     f"object keys must be strings, so convert it with str()."
                 )
             check_text(key, f"{where} key {key!r}", InvalidPayload)
-            out[key] = _check(item, f"{where}[{key!r}]", depth + 1)
+            if budget is not None:
+                budget.spend(len(key) + 3)  # its quotes and the colon
+            out[key] = _check(item, f"{where}[{key!r}]", depth + 1, budget)
         return out
     kind = type(value).__name__
     hint = _HINTS.get(kind, "pass plain data: ids, strings, numbers, lists, dicts")
     raise UnsupportedPayloadType(
         f"{where} is a {kind}, which is not JSON serializable; {hint}."
     )
-
-
-def check_value(value: Any, where: str) -> Any:
-    """Return ``value`` as plain JSON data, or raise :class:`InvalidPayload`."""
-    return _check(value, where, 0)

@@ -36,6 +36,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from . import _tasks_compat, registry, signals
+from .conf import get_settings
 from .exceptions import TaskNotRegistered
 from .payload import check_value, encode_json
 
@@ -203,9 +204,11 @@ def _as_stored(value: Any) -> Any:
     ``TypeError``, as there), then what a JSON round trip gives (integer
     keys become strings). A value no JSON store can hold (NaN, infinity)
     fails the attempt with an error that says so, rather than succeeding
-    with the value lost."""
+    with the value lost; so does one over ``MAX_RESULT_BYTES`` of JSON."""
     return check_value(
-        json.loads(encode_json(normalize_json(value))), "the return value"
+        json.loads(encode_json(normalize_json(value))),
+        "the return value",
+        max_bytes=get_settings().max_result_bytes,
     )
 
 

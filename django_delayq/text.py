@@ -1,4 +1,4 @@
-"""Strings every supported database can store.
+"""Strings every supported database can store, at sizes a page can show.
 
 Two kinds of ``str`` pass Python's type checks but not a database: a NUL
 character (``"\\x00"``), which PostgreSQL refuses in ``text`` and ``jsonb``
@@ -41,3 +41,30 @@ def short_repr(value: object) -> str:
     if isinstance(value, int) and value.bit_length() > 64:
         return f"an int of {value.bit_length()} bits"
     return repr(value)
+
+
+#: The most of an attempt's error message (``"Type: message"``) a row keeps.
+MAX_ERROR_CHARS = 4_000
+#: The most of an attempt's traceback a row keeps.
+MAX_TRACEBACK_CHARS = 32_000
+
+
+def clipped(text: str, limit: int) -> str:
+    """``text`` if it has at most ``limit`` characters; else its start and its
+    end with a marker saying how much was cut between them.
+
+    Both ends stay because both matter: an error starts with its type, a
+    traceback ends with the exception and the frame that raised it.
+    """
+    if len(text) <= limit:
+        return text
+    # Room for the marker at its longest (no more than len(text) can be cut),
+    # so that the result never exceeds the limit and the count is exact.
+    keep = max(limit - len(_marker(len(text))), 0)
+    head = keep // 2
+    tail = keep - head
+    return text[:head] + _marker(len(text) - keep) + text[len(text) - tail :]
+
+
+def _marker(cut: int) -> str:
+    return f"\n[... {cut:,} characters cut ...]\n"

@@ -38,7 +38,10 @@ of a claim made alone counts an attempt as always, so a task that kills
 every worker running it still ends failed after its attempts.
 
 Functions that take a row update the instance to match what they wrote.
-Nothing here touches Redis; callers index or unindex after commit.
+An error is kept to :data:`~.text.MAX_ERROR_CHARS` and a traceback to
+:data:`~.text.MAX_TRACEBACK_CHARS`, cut in the middle with a marker: a row
+and the admin page showing it stay small whatever a task raised. Nothing
+here touches Redis; callers index or unindex after commit.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from django.utils import timezone
 
 from . import statements
 from .models import DelayedTask, Status
+from .text import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS, clipped
 
 #: Appended to the entry id in ``claim_entry`` by a claim made for a batch.
 BATCH_MARK = "~b"
@@ -198,6 +202,7 @@ def retry_later(
     False if the attempt was fenced (nothing written). The caller indexes
     the row again after commit.
     """
+    error, trace = clipped_failure(error, trace)
     updated = (
         DelayedTask.objects.using(using)
         .filter(**_fence(row, attempt), status=Status.RUNNING)
@@ -225,6 +230,7 @@ def fail(
     using: str,
 ) -> bool:
     """Mark the task failed, fenced on ``expect`` status and the attempt."""
+    error, trace = clipped_failure(error, trace)
     now = timezone.now()
     updated = (
         DelayedTask.objects.using(using)
@@ -248,6 +254,7 @@ def recover(row: DelayedTask, now: datetime.datetime, error: str, using: str) ->
 
     Fenced on the attempt: a worker that took the task over meanwhile wins.
     """
+    error = clipped(error, MAX_ERROR_CHARS)
     updated = (
         DelayedTask.objects.using(using)
         .filter(pk=row.pk, status=Status.RUNNING, attempts=row.attempts)
@@ -305,6 +312,11 @@ def restart(rows: QuerySet[DelayedTask], run_at: datetime.datetime) -> int:
     return rows.filter(status=Status.FAILED).update(
         status=Status.SCHEDULED, run_at=run_at, attempts=0, finished_at=None
     )
+
+
+def clipped_failure(error: str, trace: str) -> tuple[str, str]:
+    """An attempt's error and traceback at the sizes a row keeps."""
+    return clipped(error, MAX_ERROR_CHARS), clipped(trace, MAX_TRACEBACK_CHARS)
 
 
 def _fence(row: DelayedTask, attempt: int) -> dict[str, Any]:

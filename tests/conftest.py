@@ -11,9 +11,24 @@ import pytest
 import redis
 from django.conf import settings
 from django.test import override_settings
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 from django_delayq.store import connection
 from tools.servers import PostgresServer, RedisServer
+
+# Property tests: no per-example deadline (a database write on a busy CI
+# machine is not a bug), examples remembered with the other caches under
+# .venv/, and fixtures shared across a test's examples on purpose (each
+# example cleans up what it wrote).
+hypothesis_settings.register_profile(
+    "delayq",
+    deadline=None,
+    database=DirectoryBasedExampleDatabase(".venv/hypothesis"),
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+hypothesis_settings.load_profile("delayq")
 
 
 def delayq_settings(url: str, **extra: Any) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
 from ..models import DelayedTask, Status
+from ..text import clipped
 
 #: Closer than this to its run_at, a scheduled task is "due now".
 DUE_NOW_SECONDS = 1.0
@@ -101,16 +102,26 @@ def attempts(task: DelayedTask) -> str:
     return f"{task.attempts}/{task.max_attempts}"
 
 
+#: The most of a stored value one field of the change page shows: rows
+#: written before errors were clipped, or with a raised MAX_PAYLOAD_BYTES,
+#: may hold megabytes.
+MAX_SHOWN_CHARS = 100_000
+
+
 def pretty_json(value: Any) -> SafeString:
     """A JSON value indented in a ``<pre>``, HTML-escaped."""
     text = json.dumps(value, indent=2, ensure_ascii=False)
-    return format_html('<pre class="delayq-pre">{}</pre>', text)
+    return format_html(
+        '<pre class="delayq-pre">{}</pre>', clipped(text, MAX_SHOWN_CHARS)
+    )
 
 
 def preformatted(text: str) -> SafeString | str:
     if not text:
         return ""
-    return format_html('<pre class="delayq-pre">{}</pre>', text)
+    return format_html(
+        '<pre class="delayq-pre">{}</pre>', clipped(text, MAX_SHOWN_CHARS)
+    )
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
 
 from ..models import DelayedTask
+from ..text import clipped
 from . import dashboard, display
 from .actions import (
     ACTIONS,
@@ -110,7 +111,7 @@ class DelayedTaskAdmin(_ModelAdmin):
         (_("Arguments"), {"fields": ("args_json", "kwargs_json")}),
         (
             _("Outcome"),
-            {"fields": ("result_json", "last_error", "traceback")},
+            {"fields": ("result_json", "error", "traceback")},
         ),
         (
             _("Worker bookkeeping"),
@@ -128,7 +129,7 @@ class DelayedTaskAdmin(_ModelAdmin):
         "args_json",
         "kwargs_json",
         "result_json",
-        "last_error",
+        "error",
         "traceback",
         "shard",
         "claim_entry",
@@ -221,6 +222,10 @@ class DelayedTaskAdmin(_ModelAdmin):
         if task.result is None:
             return self.get_empty_value_display()
         return display.pretty_json(task.result)
+
+    @admin.display(description=_("last error"))
+    def error(self, task: DelayedTask) -> str:
+        return clipped(task.last_error, display.MAX_SHOWN_CHARS)
 
     @admin.display(description=_("last traceback"))
     def traceback(self, task: DelayedTask) -> SafeString | str:

@@ -51,14 +51,16 @@ def change_url(task: DelayedTask) -> str:
 
 def make_failed(task: DelayedTask, **values) -> DelayedTask:
     now = timezone.now()
+    defaults = {
+        "last_error": "RuntimeError: card declined",
+        "last_traceback": "Traceback (most recent call last):\n  ...\nRuntimeError",
+    }
     DelayedTask.objects.filter(pk=task.pk).update(
         status=Status.FAILED,
         attempts=task.max_attempts,
         started_at=task.run_at + datetime.timedelta(seconds=2),
         finished_at=now,
-        last_error="RuntimeError: card declined",
-        last_traceback="Traceback (most recent call last):\n  ...\nRuntimeError",
-        **values,
+        **{**defaults, **values},
     )
     return refresh(task)
 
@@ -244,6 +246,21 @@ def test_the_task_page_shows_the_timeline_error_and_traceback(
     assert "RuntimeError: card declined" in page
     assert "Traceback (most recent call last):" in page
     assert "3/3" in page
+
+
+def test_a_task_page_stays_small_whatever_the_row_holds(admin_client, redis_client):
+    # A row as an older version wrote it: errors were stored whole.
+    huge = "RuntimeError: " + "e" * 5_000_000
+    task = make_failed(
+        schedule(always_fails, args=["no"], delay=60),
+        last_error=huge,
+        last_traceback="Traceback (most recent call last):\n" + "t" * 5_000_000,
+    )
+    DelayedTask.objects.filter(pk=task.pk).update(result={"rows": ["r" * 5_000_000]})
+    response = admin_client.get(change_url(task))
+    assert response.status_code == 200
+    assert len(response.content) < 500_000
+    assert text(response).count("characters cut ...]") == 3
 
 
 def test_the_task_page_offers_the_buttons_that_apply_as_csrf_posts(

@@ -29,7 +29,12 @@ from django_delayq._tasks_compat import (
     task_started,
 )
 from django_delayq.backends import AttemptAborted, DelayQueueBackend, TaskCancelled
-from django_delayq.exceptions import InvalidPayload, TaskNotRegistered, UnknownQueue
+from django_delayq.exceptions import (
+    InvalidPayload,
+    ResultTooLarge,
+    TaskNotRegistered,
+    UnknownQueue,
+)
 from django_delayq.models import DelayedTask, Status
 from django_delayq.store.keys import shard_keys
 from django_delayq.tasks_bridge import FrameworkTask
@@ -48,6 +53,7 @@ from tests.testapp.django_tasks import (
     returns_a_set,
     returns_int_keys,
     returns_nan,
+    returns_text,
 )
 from tests.testapp.models import Ledger, Order
 
@@ -276,6 +282,21 @@ def test_a_return_value_no_json_store_holds_fails_the_attempt(
     assert failed.status == TaskResultStatus.FAILED
     assert failed.errors[0].exception_class is InvalidPayload
     assert "the return value['ratio'] is nan" in failed.errors[0].traceback
+
+
+def test_a_return_value_over_max_result_bytes_fails_the_task(
+    redis_client, fast_retries, settings
+):
+    settings.DELAYQ = {**settings.DELAYQ, "MAX_RESULT_BYTES": 1000}
+    fits, too_large = returns_text.enqueue(998), returns_text.enqueue(999)
+    drain()
+    assert returns_text.get_result(fits.id).return_value == "r" * 998
+    failed = returns_text.get_result(too_large.id)
+    assert failed.status == TaskResultStatus.FAILED
+    assert failed.errors[0].exception_class is ResultTooLarge
+    assert 'over the DELAYQ["MAX_RESULT_BYTES"] limit of 1000' in (
+        failed.errors[0].traceback
+    )
 
 
 def test_a_return_value_that_is_not_json_fails_the_task(redis_client, fast_retries):

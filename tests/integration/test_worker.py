@@ -15,10 +15,18 @@ from django_delayq.models import DelayedTask, Status
 from django_delayq.registry import get
 from django_delayq.store import streams
 from django_delayq.store.keys import shard_keys
+from django_delayq.text import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS
 from django_delayq.worker import Worker
 from tests.helpers import claim, drain, due_members, expected_score, refresh
 from tests.testapp.models import Order
-from tests.testapp.tasks import add, always_fails, create_order, returns_a_set
+from tests.testapp.tasks import (
+    add,
+    always_fails,
+    create_order,
+    raises_at_length,
+    returns_a_set,
+    returns_text,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -339,3 +347,36 @@ def test_a_paused_attempts_failure_cannot_reschedule_a_task_that_moved_on(
     record_failure(stale, RuntimeError("late"), error="late", trace="")
     row = refresh(task)
     assert (row.status, row.last_error) == (Status.FAILED, "worker lost")
+
+
+def test_a_huge_error_is_kept_clipped_with_its_type_and_its_end(redis_client):
+    task = schedule(raises_at_length, args=[20_000_000])
+    drain()
+    row = refresh(task)
+    assert row.status == Status.FAILED
+    assert len(row.last_error) <= MAX_ERROR_CHARS
+    assert row.last_error.startswith("ValueError: start xxx")
+    assert row.last_error.endswith("xxx end")
+    assert "characters cut ...]" in row.last_error
+    assert len(row.last_traceback) <= MAX_TRACEBACK_CHARS
+    assert row.last_traceback.startswith("Traceback (most recent call last):")
+    assert row.last_traceback.rstrip().endswith("xxx end")
+
+
+def test_a_return_value_over_max_result_bytes_is_not_stored(
+    redis_client, settings, caplog
+):
+    settings.DELAYQ = {**settings.DELAYQ, "MAX_RESULT_BYTES": 1000}
+    fits, too_large = (
+        schedule(returns_text, args=[998]),
+        schedule(returns_text, args=[999]),
+    )
+    drain()
+    assert refresh(fits).result == "r" * 998  # 1,000 bytes with its quotes
+    row = refresh(too_large)
+    assert (row.status, row.result) == (Status.SUCCEEDED, None)
+    assert (
+        "succeeded; its return value is not stored: the return value encodes to "
+        'more than 1000 bytes of JSON, over the DELAYQ["MAX_RESULT_BYTES"] limit '
+        "of 1000. Return an id or a summary" in caplog.text
+    )

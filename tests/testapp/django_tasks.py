@@ -107,3 +107,8 @@ def declared_elsewhere() -> None:
 
 def not_a_task() -> None:
     Order.objects.create(status="not-a-task")
+
+
+@task
+def returns_text(chars: int) -> str:
+    return "r" * chars

@@ -250,3 +250,20 @@ def blocks(seconds: float) -> None:
     import time
 
     time.sleep(seconds)
+
+
+@task(max_attempts=1)
+def raises_at_length(chars: int) -> None:
+    """Fails with an error message of ``chars`` characters, deep in a stack."""
+
+    def dig(depth: int) -> None:
+        if depth == 0:
+            raise ValueError("start " + "x" * chars + " end")
+        dig(depth - 1)
+
+    dig(50)
+
+
+@task
+def returns_text(chars: int) -> str:
+    return "r" * chars

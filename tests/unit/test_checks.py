@@ -56,6 +56,7 @@ def test_e008_finds_tasks_in_modules_nothing_imported_yet(settings):
         ({"REDIS_URL": URL, "QUEUES": {"bad name!": {}}}, ["delayq.E005"]),
         ({"REDIS_URL": URL, "QUEUES": {"orders": {"shard": 2}}}, ["delayq.E005"]),
         ({"REDIS_URL": URL, "MAX_PAYLOAD_BYTES": 0}, ["delayq.E006"]),
+        ({"REDIS_URL": URL, "MAX_RESULT_BYTES": 1.5}, ["delayq.E006"]),
         ({"REDIS_URL": URL, "MAX_ATTEMPTS": "3"}, ["delayq.E006"]),
         ({"REDIS_URL": URL, "REDIS_TIMEOUT": float("nan")}, ["delayq.E006"]),
         ({"REDIS_URL": URL, "KEY_PREFIX": "app{1}"}, ["delayq.E007"]),

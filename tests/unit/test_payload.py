@@ -3,13 +3,16 @@ from __future__ import annotations
 import datetime
 import decimal
 import enum
+import json
 import math
 import uuid
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from django_delayq.exceptions import InvalidPayload, PayloadTooLarge
-from django_delayq.payload import check_payload
+from django_delayq.payload import check_payload, encoded_size
 
 
 class Color(enum.IntEnum):
@@ -94,3 +97,40 @@ def test_deep_nesting_is_rejected_cleanly():
         value = [value]
     with pytest.raises(InvalidPayload, match="nested more than"):
         check([value])
+
+
+def test_an_oversize_payload_is_refused_before_the_rest_is_checked():
+    # The object() after the large string is never looked at.
+    with pytest.raises(PayloadTooLarge, match="more than 100 bytes of JSON"):
+        check(["x" * 200, object()], max_bytes=100)
+    with pytest.raises(PayloadTooLarge, match="more than 100 bytes"):
+        check([], {"note": "x" * 200, "when": object()}, max_bytes=100)
+
+
+def test_a_payload_of_exactly_the_limit_passes_and_one_byte_more_does_not():
+    args, kwargs = ["ab"], {"n": 1}  # '["ab"]' and '{"n":1}': 13 bytes
+    assert check(args, kwargs, max_bytes=13) == (args, kwargs)
+    with pytest.raises(PayloadTooLarge, match="encode to 13 bytes of JSON"):
+        check(args, kwargs, max_bytes=12)
+
+
+storable_text = st.text(
+    st.characters(exclude_categories=["Cs"], exclude_characters="\x00")
+)
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | storable_text,
+    lambda children: st.lists(children) | st.dictionaries(storable_text, children),
+    max_leaves=20,
+)
+
+
+@given(args=st.lists(json_values, max_size=4))
+def test_the_early_refusal_never_refuses_what_fits(args):
+    # The walk counts a lower bound of the encoded size: a limit of exactly
+    # the encoded size must pass, whatever the payload holds.
+    exact = encoded_size(check(args)[0]) + encoded_size({})
+    assert check(args, max_bytes=exact) == (json.loads(json.dumps(args)), {})
