@@ -6,9 +6,10 @@ A row written by :meth:`DelayQueueBackend.enqueue
 ``module_path``. Here:
 
 - :func:`resolve`, a registry fallback, turns such a name back into a
-  :class:`FrameworkTask` the worker can run, for a name that imports (from an
-  installed app) as a ``django.tasks`` task declared on a ``DelayQueueBackend``
-  alias, and for nothing else;
+  :class:`FrameworkTask` the worker can run, for a name that imports as a
+  ``django.tasks`` task declared on a ``DelayQueueBackend`` alias, and for
+  nothing else; the only modules it may import are installed apps' ``tasks``
+  modules (others must be imported already);
 - the function it runs calls the task, handing a ``takes_context`` task its
   ``TaskContext``, and stores the return value as JSON;
 - a row is read back as the framework's ``TaskResult``, its errors included;
@@ -26,6 +27,7 @@ import functools
 import json
 import logging
 import re
+import sys
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -127,10 +129,22 @@ def _lookup(path: str) -> tuple[Task[..., Any] | None, str]:
     if not any(isinstance(_backend(alias), DelayQueueBackend) for alias in aliases):
         return None, "no TASKS backend is a DelayQueueBackend"
     module = path.rpartition(".")[0]
-    if apps.get_containing_app_config(module) is None:
+    app = apps.get_containing_app_config(module)
+    if app is None:
         return None, (
             f"module {module!r} is not in an installed app; workers import "
             f"django.tasks tasks from INSTALLED_APPS only."
+        )
+    # Importing runs a module's code, so a name from a row (which anyone
+    # who can write to the table or the stream can forge) imports nothing
+    # but an app's tasks module or package; any other module must have been
+    # imported already, by the worker's start-up or by a tasks module.
+    if module not in sys.modules and not _in_tasks_package(module, app.name):
+        return None, (
+            f"module {module!r} has not been imported in this worker, which "
+            f"imports only the tasks modules of installed apps ({app.name}.tasks "
+            f"and below); import it from there or from the app's "
+            f"AppConfig.ready()."
         )
     try:
         found = import_string(path)
@@ -147,6 +161,10 @@ def _lookup(path: str) -> tuple[Task[..., Any] | None, str]:
             f"DelayQueueBackend in settings.TASKS."
         )
     return found, ""
+
+
+def _in_tasks_package(module: str, app: str) -> bool:
+    return module == f"{app}.tasks" or module.startswith(f"{app}.tasks.")
 
 
 def _backend(alias: str) -> BaseTaskBackend | None:

@@ -415,6 +415,8 @@ def test_the_registry_finds_backend_tasks_by_module_path_without_keeping_them():
         "tests.testapp.django_tasks.Boom",  # not a function at all
         "tests.testapp.django_tasks.missing",
         "this.s",  # not in an installed app: never even imported
+        # an installed app's module that no one imported: not imported now
+        "tests.testapp.never_imported.looks_like_a_task",
     ],
 )
 def test_a_forged_name_runs_nothing(redis_client, fast_retries, name):
@@ -428,6 +430,8 @@ def test_a_forged_name_runs_nothing(redis_client, fast_retries, name):
     assert "is not registered in this worker" in row.last_error
     assert not Order.objects.exists()
     assert "this" not in sys.modules
+    assert "tests.testapp.never_imported" not in sys.modules
+    assert "DELAYQ_TEST_NEVER_IMPORTED_RAN" not in os.environ
     with pytest.raises(TaskResultDoesNotExist):
         task_backends["default"].get_result(str(row.pk))
 

@@ -1,7 +1,8 @@
 """Tasks of Django's Tasks framework, run by DelayQueueBackend.
 
-Not a ``tasks`` module on purpose: nothing autodiscovers it, so workers must
-find these by importing their module path.
+Not a ``tasks`` module on purpose: ``tests.testapp.tasks`` imports it, the
+way a project keeps its tasks in several modules, and that is how a worker
+(which imports nothing but tasks modules) has it loaded.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from django_delayq import task
 
 
@@ -267,3 +269,10 @@ def raises_at_length(chars: int) -> None:
 @task
 def returns_text(chars: int) -> str:
     return "r" * chars
+
+
+# Django's Tasks framework's tasks of this app: workers resolve them only
+# from modules already imported, and they import tasks modules only. One
+# test runs without the framework, where that module cannot be imported.
+with contextlib.suppress(ImportError):
+    from tests.testapp import django_tasks  # noqa: F401
