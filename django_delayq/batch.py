@@ -114,6 +114,7 @@ class Batch:
             self.watchdog.check_not_abandoned()
             outcome = execute(
                 entry.task_id,
+                stream=entry.stream,
                 entry_id=entry.entry_id.decode(),
                 reclaimed=entry.reclaimed,
                 early_wait=self.early_wait,

@@ -34,6 +34,7 @@ from .conf import get_settings
 from .exceptions import InvalidPayload, TaskNotRegistered, TimeLimitExceeded
 from .models import DelayedTask, OutboxEntry, Status
 from .payload import check_value
+from .store.keys import shard_keys
 from .sync import index_after_commit
 from .time_limits import NO_WATCHDOG, Watchdog, time_limit_error
 from .timing import ceil_ms
@@ -83,13 +84,14 @@ def write_db() -> str:
 def execute(
     task_id: uuid.UUID,
     *,
+    stream: str,
     entry_id: str,
     reclaimed: bool,
     early_wait: float = EARLY_WAIT_SECONDS,
     watchdog: Watchdog = NO_WATCHDOG,
 ) -> Outcome:
-    """Run the task ``task_id``, delivered by stream entry ``entry_id``, if its
-    row says it should run now.
+    """Run the task ``task_id``, delivered by entry ``entry_id`` of ``stream``,
+    if its row says it should run now.
 
     Database errors propagate: the caller keeps the entry and tries again.
     """
@@ -104,6 +106,16 @@ def execute(
             # The attempt belongs to another delivery of this task (a
             # duplicate entry, or a retry's): leave it to that one.
             return DONE
+        # An entry id is unique within one stream only: the same id in
+        # another stream (forged, or written by hand) is not the delivery
+        # that claimed the attempt, and must not run it a second time.
+        own = shard_keys(get_settings().key_prefix, row.queue, row.shard).ready
+        if stream != own:
+            return Outcome(
+                Disposition.DEAD,
+                f"entry {entry_id} of {stream} names task {row.pk}, which "
+                f"{own} delivers; it is running and was not claimed by it",
+            )
         # The delivery that claimed this attempt, again: reclaimed from a
         # worker that stopped heartbeating (it died, or was paused: the
         # attempt fence discards its completion if it wakes), or retried

@@ -159,9 +159,9 @@ def test_the_claiming_entry_retried_after_a_database_error_runs_the_task(
     # Claimed by entry 1-0, then the database went away before the task ran;
     # the worker kept the entry and tries it again.
     assert claim(refresh(task), "1-0") == 1
-    assert execute(task.pk, entry_id="1-0", reclaimed=False).disposition.value == (
-        "done"
-    )
+    assert execute(
+        task.pk, stream=READY, entry_id="1-0", reclaimed=False
+    ).disposition.value == ("done")
     row = refresh(task)
     assert (row.status, row.attempts) == (Status.SUCCEEDED, 2)
     assert Order.objects.count() == 1
@@ -172,7 +172,7 @@ def test_a_duplicate_entry_of_a_running_task_is_acknowledged_and_ignored(
 ):
     task = schedule(create_order, args=["once"])
     assert claim(refresh(task), "1-0") == 1  # running, claimed by entry 1-0
-    outcome = execute(task.pk, entry_id="2-0", reclaimed=True)
+    outcome = execute(task.pk, stream=READY, entry_id="2-0", reclaimed=True)
     assert outcome.disposition.value == "done"
     row = refresh(task)
     assert (row.status, row.attempts, row.claim_entry) == (Status.RUNNING, 1, "1-0")
@@ -258,12 +258,31 @@ def test_a_broken_signal_receiver_does_not_stop_the_worker(redis_client):
     assert refresh(task).status == Status.SUCCEEDED
 
 
+def test_the_claiming_entry_id_in_another_stream_does_not_take_the_task_over(
+    redis_client,
+):
+    task = schedule(create_order, args=["once"])
+    assert claim(refresh(task), "1-0") == 1  # running, claimed by entry 1-0
+    # The same entry id in another shard's stream: unique in its own stream
+    # only, so it is not the delivery that claimed the attempt.
+    other_shard = shard_keys("delayq", "orders", 1)
+    elsewhere = other_shard.ready
+    redis_client.xadd(elsewhere, {"id": task.pk.bytes}, id="1-0")
+    drain()
+    row = refresh(task)
+    assert (row.status, row.attempts, row.claim_entry) == (Status.RUNNING, 1, "1-0")
+    assert not Order.objects.exists()
+    [(_, fields)] = redis_client.xrange(other_shard.dead)
+    assert fields[b"reason"].decode().startswith(f"entry 1-0 of {elsewhere} names")
+    assert redis_client.xlen(elsewhere) == 0
+
+
 def test_execute_ignores_finished_and_missing_rows(redis_client):
     task = schedule(add, args=[1, 1])
     DelayedTask.objects.filter(pk=task.pk).update(status=Status.SUCCEEDED)
-    done = execute(task.pk, entry_id="1-0", reclaimed=False)
+    done = execute(task.pk, stream=READY, entry_id="1-0", reclaimed=False)
     assert done.disposition.value == "done"
-    missing = execute(uuid.uuid4(), entry_id="2-0", reclaimed=False)
+    missing = execute(uuid.uuid4(), stream=READY, entry_id="2-0", reclaimed=False)
     assert missing.disposition.value == "dead"
 
 
