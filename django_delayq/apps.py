@@ -20,6 +20,9 @@ class DelayQueueConfig(AppConfig):
         register(checks.check_settings, "django_delayq")
         register(checks.check_tasks, "django_delayq")
         register(checks.check_tasks_framework, "django_delayq")
+        # Needs the database and Redis: run by `check --database` and by
+        # `migrate`, as Django's own database checks are.
+        register(checks.check_key_prefix_owner, "django_delayq", "database")
         setting_changed.connect(conf.reset, dispatch_uid="django_delayq.conf.reset")
         setting_changed.connect(
             _reset_connections, dispatch_uid="django_delayq.connection.reset"

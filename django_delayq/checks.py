@@ -5,14 +5,14 @@ See docs/reference/checks.md for the meaning of each id.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Warning
 
 from . import conf, registry
-from .exceptions import InvalidConfiguration
+from .exceptions import InvalidConfiguration, KeyPrefixInUse, RedisUnavailable
 
 
 def check_settings(**kwargs: Any) -> list[CheckMessage]:
@@ -42,6 +42,32 @@ def check_tasks(**kwargs: Any) -> list[CheckMessage]:
         for name, task in sorted(registry.all_tasks().items())
         if task.queue is not None and task.queue not in settings.queues
     ]
+
+
+def check_key_prefix_owner(
+    databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Claim ``KEY_PREFIX`` for this project, or report that another holds
+    it (``delayq.E014``); a database check, so it runs only when asked to
+    touch the databases."""
+    from . import ownership
+
+    if not databases:
+        return []
+    try:
+        conf.parse(conf.raw_settings())
+        ownership.check_prefix()
+    except KeyPrefixInUse as exc:
+        return [
+            Error(
+                str(exc).removesuffix(" (delayq.E014)"),
+                hint="Set a KEY_PREFIX of this project's own in settings.DELAYQ.",
+                id="delayq.E014",
+            )
+        ]
+    except (InvalidConfiguration, RedisUnavailable):
+        return []  # check_settings reports the one; the loops wait out the other
+    return []
 
 
 def check_tasks_framework(**kwargs: Any) -> list[CheckMessage]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from .conf import get_settings
 from .exceptions import RedisUnavailable
 from .leases import Leases, Shard
+from .ownership import OWNER_CHECK_INTERVAL, check_prefix
 from .store import index, wake_lists
 from .store.connection import Client, get_client
 from .store.keys import dispatchers_key, shard_keys
@@ -118,13 +119,19 @@ class Dispatcher:
         )
         if not once:
             self._listener.start()
-        next_leases = 0.0
+        next_leases = next_owner_check = 0.0
         backstop = time.monotonic() + self.max_wait
         failures = 0
         try:
             while not self._stopping.is_set():
                 try:
                     now = time.monotonic()
+                    if now >= next_owner_check:
+                        # Before any move, and now and then after (Redis may
+                        # have restarted empty and been claimed by another
+                        # project since); see django_delayq.ownership.
+                        check_prefix()
+                        next_owner_check = now + OWNER_CHECK_INTERVAL
                     if now >= next_leases:
                         if self.leases.keep(client):
                             self._listener.nudge(client)

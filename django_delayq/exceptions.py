@@ -22,6 +22,11 @@ class InvalidConfiguration(DelayQueueException, ImproperlyConfigured):
     """The ``DELAYQ`` setting (or a related one) is wrong."""
 
 
+class KeyPrefixInUse(InvalidConfiguration):
+    """Another project's tasks are indexed under ``KEY_PREFIX`` on this Redis
+    (``delayq.E014``)."""
+
+
 class InvalidTaskDefinition(DelayQueueException, TypeError):
     """``@task`` was applied to something that cannot be a task."""
 

@@ -33,6 +33,7 @@ from . import registry, signals, transitions
 from .conf import get_settings
 from .exceptions import InvalidPayload, TaskNotRegistered, TimeLimitExceeded
 from .models import DelayedTask, OutboxEntry, Status
+from .ownership import check_prefix
 from .payload import check_value
 from .store.keys import shard_keys
 from .sync import index_after_commit
@@ -98,6 +99,9 @@ def execute(
     db = write_db()
     row = DelayedTask.objects.using(db).filter(pk=task_id).first()
     if row is None:
+        # Another project's task, under a KEY_PREFIX it claimed after this
+        # worker started? Then stop here rather than dead-letter its tasks.
+        check_prefix()
         return Outcome(Disposition.DEAD, "no task row has this id")
     if row.status in (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED):
         return DONE  # finished or cancelled since it was dispatched

@@ -46,6 +46,7 @@ from .conf import get_settings
 from .exceptions import RedisUnavailable
 from .execution import fail
 from .models import DelayedTask, OutboxEntry, Status
+from .ownership import check_prefix
 from .store import index, inspect, leases
 from .store.connection import Client, get_client
 from .store.errors import error_text
@@ -178,6 +179,9 @@ class Sweeper:
         self._lock = (client, lock)
         result = SweepResult()
         try:
+            # Every pass: a ghost is a due entry with no row, and another
+            # project's entries all look like ghosts (django_delayq.ownership).
+            check_prefix()
             result.replayed = self._replay(now)
             self._reconcile(client, now, result)
             self._prune(now, result)

@@ -35,6 +35,7 @@ from .dbconn import recycle_connections
 from .exceptions import RedisUnavailable, WorkerStuck
 from .group_commit import DEFAULT_BUDGET, DEFAULT_MAX_SIZE, Pacer
 from .inflight import InFlight
+from .ownership import check_prefix
 from .quota import Quota
 from .readers import StreamReaders, read_now
 from .reclaim import Reclaimer
@@ -256,6 +257,7 @@ class Worker:
         failures = 0
         while not self._stopping.is_set():
             try:
+                check_prefix()
                 streams.ensure_groups(client, self.streams)
                 return True
             except RedisUnavailable as exc:

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from ..exceptions import DelayQueueException
+from ..exceptions import DelayQueueException, InvalidConfiguration
 from ..group_commit import DEFAULT_BUDGET, DEFAULT_MAX_SIZE
 from ..worker import DEFAULT_PREFETCH
 
@@ -49,6 +49,10 @@ def command_context(
     previous = _install_signal_handlers(stop, what, force)
     try:
         yield
+    except InvalidConfiguration as exc:
+        # Found by the loop itself (a KEY_PREFIX another project holds):
+        # already logged; the command says it and exits non-zero.
+        raise CommandError(str(exc)) from exc
     finally:
         for signum, handler_before in previous.items():
             signal.signal(signum, handler_before)

@@ -9,6 +9,8 @@ every key of one shard lives in one slot and each Lua script touches one slot)::
     <prefix>:{<queue>:<shard>}:lease  STRING  token of the dispatcher owning the shard
     <prefix>:{<queue>:<shard>}:dead   STREAM  entries no worker could run, with why
 
+and, per prefix, ``<prefix>:owner`` (see :mod:`django_delayq.ownership`).
+
 A member is the task id's 16 raw bytes: the smallest unique encoding, which
 keeps Redis memory per scheduled task low.
 """

@@ -76,7 +76,7 @@ def test_a_wrong_password_sends_the_task_to_the_outbox(settings, password_redis)
     [
         (":wrong@", "AuthenticationError: invalid username-password pair"),
         ("", "AuthenticationError: Authentication required"),
-        ("confined:pw@", "NoPermissionError: this user has no permissions"),
+        ("confined:pw@", "NoPermissionError: .*this user has no permissions"),
     ],
 )
 def test_once_exits_non_zero_when_redis_refuses_the_credentials(

@@ -1,0 +1,88 @@
+"""One project per ``KEY_PREFIX`` on a Redis.
+
+Two projects whose settings name the same Redis and the same ``KEY_PREFIX``
+would each take the other's index for their own: each sweeper deletes the
+other's due entries as ghosts (no row has their id), each worker
+dead-letters the other's tasks. Nothing in Redis alone can tell them apart,
+so the prefix is claimed: ``<prefix>:owner`` holds the fingerprint of the
+database whose rows it indexes, written by the first loop (dispatcher,
+worker, sweeper) or ``manage.py check --database`` / ``migrate`` to find
+it missing, and every other one refuses to run (``delayq.E014``).
+
+The fingerprint is a hash of when django-delayq's first migration was
+applied to that database, as ``django_migrations`` records it: the same for
+every process of one project, different for two projects, and kept when
+``flush`` empties the tables. (A database copied from another, as a staging
+copy of production, shares its fingerprint: give such copies their own
+``KEY_PREFIX``.) Redis losing its data loses the key too; the next loop
+claims it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+
+from django.db import DatabaseError, connections, router
+from django.db.migrations.recorder import MigrationRecorder
+
+from .conf import get_settings
+from .exceptions import KeyPrefixInUse
+from .models import DelayedTask
+from .store.connection import get_client
+from .store.ownership import claim_prefix, owner_key
+
+logger = logging.getLogger(__name__)
+
+#: How often a running dispatcher checks the claim again, in seconds (the
+#: sweeper does at every pass, a worker before it dead-letters an unknown id).
+OWNER_CHECK_INTERVAL = 60.0
+
+_fingerprints: dict[str, str | None] = {}
+
+
+def fingerprint(using: str | None = None) -> str | None:
+    """This project's fingerprint, from the database of task rows; None if
+    that database has no record of django-delayq's first migration."""
+    alias = using or router.db_for_write(DelayedTask)
+    if alias not in _fingerprints:
+        try:
+            recorded = (
+                MigrationRecorder(connections[alias])
+                .migration_qs.filter(app="django_delayq", name="0001_initial")
+                .values_list("applied", flat=True)
+                .first()
+            )
+        except DatabaseError:  # no django_migrations table yet
+            return None
+        if recorded is None:
+            return None  # not migrated yet: ask again next time
+        vendor = connections[alias].vendor
+        digest = hashlib.sha256(f"{vendor}:{recorded.isoformat()}".encode())
+        _fingerprints[alias] = digest.hexdigest()[:16]
+    return _fingerprints[alias]
+
+
+def check_prefix() -> None:
+    """Claim ``KEY_PREFIX`` on the configured Redis for this project, or
+    raise :class:`KeyPrefixInUse` if another project holds it.
+
+    Raises ``RedisUnavailable`` if Redis does not answer; does nothing if
+    the database is not migrated yet (there is nothing to protect).
+    """
+    ours = fingerprint()
+    if ours is None:
+        return
+    prefix = get_settings().key_prefix
+    owner = claim_prefix(get_client("loop"), prefix, ours)
+    if owner != ours:
+        error = KeyPrefixInUse(
+            f'DELAYQ["KEY_PREFIX"] {prefix!r} on this Redis belongs to another '
+            f"project (fingerprint {owner}; this one's is {ours}): sharing it, "
+            f"each project's sweeper would delete the other's tasks and its "
+            f"workers would dead-letter them. Give each project its own "
+            f"KEY_PREFIX or Redis database; if the other project is gone for "
+            f"good, delete the key {owner_key(prefix)!r}. (delayq.E014)"
+        )
+        logger.error("%s", error)
+        raise error

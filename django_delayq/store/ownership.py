@@ -1,0 +1,27 @@
+"""The key that says which project a ``KEY_PREFIX`` belongs to on a Redis."""
+
+from __future__ import annotations
+
+from .connection import Client
+from .errors import translated
+
+
+def owner_key(prefix: str) -> str:
+    return f"{prefix}:owner"
+
+
+@translated
+def claim_prefix(client: Client, prefix: str, fingerprint: str) -> str:
+    """Claim ``prefix`` for ``fingerprint`` unless it is claimed already;
+    return the fingerprint that owns it now (ours, or another project's).
+
+    SET NX and GET in one round trip: a pipeline of one key's commands, which
+    a Redis Cluster serves from that key's node.
+    """
+    pipe = client.pipeline(transaction=False)
+    pipe.set(owner_key(prefix), fingerprint, nx=True)
+    pipe.get(owner_key(prefix))
+    _, owner = pipe.execute()
+    if owner is None:  # deleted between the two commands: ours to take again
+        return fingerprint
+    return owner.decode() if isinstance(owner, bytes) else str(owner)

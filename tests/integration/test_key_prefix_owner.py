@@ -1,0 +1,116 @@
+"""Two projects on one Redis with one KEY_PREFIX: the second one is refused.
+
+The other project is played by a fingerprint written under the prefix, as
+its first loop would have written it, and by due entries whose ids no row
+of this project has.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.core import checks
+from django.core.management import CommandError, call_command
+
+from django_delayq import schedule
+from django_delayq.exceptions import KeyPrefixInUse
+from django_delayq.execution import execute
+from django_delayq.models import Status
+from django_delayq.ownership import fingerprint
+from django_delayq.store.keys import encode_member, shard_keys
+from tests.helpers import drain, due_members, refresh
+from tests.testapp.tasks import add
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+OWNER = "delayq:owner"
+KEYS = shard_keys("delayq", "default", 0)
+THEIRS = "0123456789abcdef"
+
+
+def test_the_first_loop_claims_the_prefix_and_later_ones_recognise_it(
+    redis_client,
+):
+    task = schedule(add, args=[1, 2])
+    drain()
+    assert refresh(task).status == Status.SUCCEEDED
+    ours = fingerprint()
+    assert ours is not None
+    assert len(ours) == 16
+    assert redis_client.get(OWNER) == ours.encode()
+    # Redis restarted empty: claimed again by the next loop.
+    redis_client.flushall()
+    call_command("delayq_sweep", once=True, verbosity=0)
+    assert redis_client.get(OWNER) == ours.encode()
+
+
+@pytest.fixture
+def claimed_by_another_project(redis_client):
+    redis_client.set(OWNER, THEIRS)
+    # One of their tasks, due now: no row here has its id.
+    theirs = uuid.uuid4()
+    redis_client.zadd(KEYS.due, {encode_member(theirs): 1})
+    return theirs
+
+
+@pytest.mark.parametrize(
+    "command", ["delayq_dispatch", "delayq_worker", "delayq_sweep"]
+)
+def test_every_loop_refuses_a_prefix_another_project_holds(
+    redis_client, claimed_by_another_project, command, caplog
+):
+    ours = schedule(add, args=[1, 2])
+    with pytest.raises(CommandError) as refused:
+        call_command(command, once=True, verbosity=0)
+    message = str(refused.value)
+    assert message.startswith("DELAYQ[\"KEY_PREFIX\"] 'delayq' on this Redis")
+    assert f"belongs to another project (fingerprint {THEIRS}" in message
+    assert message.endswith("(delayq.E014)")
+    assert "(delayq.E014)" in caplog.text  # the log says it too
+    # Nothing of theirs was touched, nothing of ours was moved or run.
+    members = due_members(redis_client)
+    assert set(members) == {claimed_by_another_project, ours.pk}
+    assert not redis_client.exists(KEYS.ready, KEYS.dead)
+    assert refresh(ours).status == Status.SCHEDULED
+    assert redis_client.get(OWNER) == THEIRS.encode()
+
+
+def test_a_worker_stops_rather_than_dead_letter_their_tasks(
+    redis_client, claimed_by_another_project
+):
+    # The prefix was claimed by the other project after this worker started
+    # (Redis restarted empty, their loop came first): the first unknown id
+    # it meets is checked before it is dead-lettered.
+    with pytest.raises(KeyPrefixInUse, match=r"\(delayq\.E014\)"):
+        execute(
+            claimed_by_another_project,
+            stream=KEYS.ready,
+            entry_id="1-0",
+            reclaimed=False,
+        )
+    assert not redis_client.exists(KEYS.dead)
+
+
+def test_check_with_the_database_reports_it_as_e014(
+    redis_client, claimed_by_another_project
+):
+    # What `manage.py check --database default` (and `migrate`) runs.
+    found = checks.run_checks(databases=["default"])
+    [error] = [message for message in found if message.id == "delayq.E014"]
+    assert "belongs to another project" in error.msg
+    assert "KEY_PREFIX of this project's own" in error.hint
+    # Like Django's own database checks, not by a plain `manage.py check`.
+    plain = checks.run_checks()
+    assert "delayq.E014" not in {message.id for message in plain}
+
+
+def test_a_prefix_of_its_own_works_beside_theirs(
+    redis_client, claimed_by_another_project, settings
+):
+    settings.DELAYQ = {**settings.DELAYQ, "KEY_PREFIX": "shop"}
+    task = schedule(add, args=[2, 3])
+    drain()
+    assert refresh(task).status == Status.SUCCEEDED
+    assert redis_client.get("shop:owner") == fingerprint().encode()
+    assert redis_client.zcard(KEYS.due) == 1  # theirs, untouched
