@@ -188,10 +188,12 @@ class Dispatcher:
 
         On a Redis Cluster a shard whose node fails is retried on its own
         back-off while the others go on: one primary failing over must not
-        stop the shards the other primaries serve. On one Redis every shard
-        fails together, so the error reaches the loop, which backs off as a
-        whole; so does any error of a ``--once`` pass, which must say that it
-        could not be made.
+        stop the shards the other primaries serve. So is a shard whose Redis
+        answers with an error about its own keys (a due-set that is not a
+        sorted set: the sweeper replaces it). On one unreachable Redis every
+        shard fails together, so the error reaches the loop, which backs off
+        as a whole; so does any error of a ``--once`` pass, which must say
+        that it could not be made.
         """
         now = time.monotonic()
         failed: list[tuple[Shard, RedisUnavailable]] = []
@@ -203,6 +205,7 @@ class Dispatcher:
                 self._drain_shard(client, shard)
             except RedisUnavailable as exc:
                 failed.append((shard, exc))
+                answered = answered or not exc.unreachable
                 continue
             answered = True
             if shard.failures:
@@ -219,7 +222,10 @@ class Dispatcher:
             shard.failures += 1
             # Capped low, so that a shard moves again soon after its node's
             # failover; a node that refuses connections costs nothing much.
-            pause = retry_pause(shard.failures, cap=1.0)
+            # An error Redis answered with (a key of the wrong type) lasts
+            # until the sweeper's next pass: no need to ask every second.
+            cap = 1.0 if error.unreachable else 30.0
+            pause = retry_pause(shard.failures, cap=cap)
             shard.due_at = time.monotonic() + pause
             logger.warning(
                 "dispatcher: shard %s: Redis error (%s); retrying it in %.1f s",

@@ -47,7 +47,7 @@ from .exceptions import RedisUnavailable
 from .execution import fail
 from .models import DelayedTask, OutboxEntry, Status
 from .ownership import check_prefix
-from .store import index, inspect, leases
+from .store import broken, index, inspect, leases
 from .store.connection import Client, get_client
 from .store.errors import error_text
 from .store.keys import shard_keys, sweeper_lock_key
@@ -78,6 +78,8 @@ class SweepResult:
     recovered: int = 0
     failed: int = 0
     pruned: int = 0
+    #: keys of a shard that held another type (set by hand?), deleted
+    replaced: int = 0
     #: shards left for a later pass because their Redis did not answer (a
     #: Redis Cluster node failing over; on one Redis the pass fails instead)
     unreachable: int = 0
@@ -100,7 +102,13 @@ class SweepResult:
 
     @property
     def repaired(self) -> int:
-        return self.reindexed + self.removed + self.corrected + self.recovered
+        return (
+            self.reindexed
+            + self.removed
+            + self.corrected
+            + self.recovered
+            + self.replaced
+        )
 
 
 class Sweeper:
@@ -292,6 +300,17 @@ class Sweeper:
         fails its shards only; the caller goes on with the others.
         """
         keys = shard_keys(self.settings.key_prefix, queue, shard)
+        # A key of another type (set by hand?) fails every command on it:
+        # replace it first, and what it indexed is indexed again below.
+        result.replaced += broken.replace_wrong_types(
+            client,
+            {
+                keys.due: "zset",
+                keys.ready: "stream",
+                keys.wake: "list",
+                keys.dead: "stream",
+            },
+        )
         scores = inspect.due_scores(client, keys.due, [row.pk for row in rows])
         in_stream = inspect.stream_task_ids(client, keys.ready)
         lost = [

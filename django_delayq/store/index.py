@@ -11,7 +11,9 @@ from typing import NamedTuple
 import redis
 
 from ..conf import get_settings
+from ..exceptions import RedisUnavailable
 from . import scripts
+from .broken import report_wrong_type, wrong_types
 from .errors import translated
 from .keys import ShardKeys, encode_member, shard_keys
 
@@ -95,9 +97,17 @@ def move_due(client: redis.Redis, keys: ShardKeys, token: str, limit: int) -> Mo
     """Move up to ``limit`` ids due by Redis' clock from the shard's due-set
     to its ready stream, if ``token`` holds the shard's lease (atomically:
     see ``lua/move.lua``)."""
-    moved, head, redis_ms, redis_us = scripts.load("move")(
-        client, (keys.due, keys.ready, keys.lease), (token, limit)
-    )
+    try:
+        moved, head, redis_ms, redis_us = scripts.load("move")(
+            client, (keys.due, keys.ready, keys.lease), (token, limit)
+        )
+    except RedisUnavailable as exc:  # scripts raise it already
+        if "WRONGTYPE" in str(exc):
+            # Say which key, which the script's error does not.
+            expected = {keys.due: "zset", keys.ready: "stream"}
+            for key, found in wrong_types(client, expected).items():
+                report_wrong_type(key, f"a {expected[key]}", f"a {found}")
+        raise
     return Moved(int(moved), int(head), int(redis_ms), int(redis_us))
 
 

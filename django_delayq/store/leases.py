@@ -8,6 +8,7 @@ time. Every call touches one key, so one slot of a Redis Cluster.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import redis
@@ -15,12 +16,20 @@ import redis
 from . import scripts
 from .errors import translated
 
+logger = logging.getLogger(__name__)
+
+
+#: lease.lua's reply when it replaced a key no lease holder could have
+#: written (another type, or no TTL), which would otherwise block for ever.
+_REPAIRED = 3
+
 
 @translated
 def take(client: redis.Redis, key: str, token: str, ttl_ms: int) -> bool:
     """Take the lease if it is free, or renew it if ``token`` holds it; True
     if ``token`` holds it now, for ``ttl_ms``."""
-    return int(scripts.load("lease")(client, (key,), (token, ttl_ms))) != 0
+    reply = int(scripts.load("lease")(client, (key,), (token, ttl_ms)))
+    return _held(key, reply)
 
 
 @translated
@@ -32,7 +41,17 @@ def renew_all(
     replies = scripts.run_many(
         client, [(script, (key,), (token, ttl_ms)) for key in keys]
     )
-    return [int(reply) != 0 for reply in replies]
+    return [_held(key, int(reply)) for key, reply in zip(keys, replies, strict=True)]
+
+
+def _held(key: str, reply: int) -> bool:
+    if reply == _REPAIRED:
+        logger.error(
+            "lease %s was not a lease (a value of another type, or one without "
+            "a TTL, written by hand?) and would never have expired; replaced",
+            key,
+        )
+    return reply != 0
 
 
 @translated

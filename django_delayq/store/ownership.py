@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .broken import replace_wrong_types
 from .connection import Client
 from .errors import translated
 
@@ -18,9 +19,13 @@ def claim_prefix(client: Client, prefix: str, fingerprint: str) -> str:
     SET NX and GET in one round trip: a pipeline of one key's commands, which
     a Redis Cluster serves from that key's node.
     """
+    key = owner_key(prefix)
+    # Not a fingerprint at all (a list set by hand?): logged, deleted, and
+    # claimed below, rather than failing every loop with WRONGTYPE.
+    replace_wrong_types(client, {key: "string"})
     pipe = client.pipeline(transaction=False)
-    pipe.set(owner_key(prefix), fingerprint, nx=True)
-    pipe.get(owner_key(prefix))
+    pipe.set(key, fingerprint, nx=True)
+    pipe.get(key)
     _, owner = pipe.execute()
     if owner is None:  # deleted between the two commands: ours to take again
         return fingerprint

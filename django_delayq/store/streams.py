@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from . import scripts
+from .broken import is_wrong_type, keys_of_type, report_wrong_type
 from .errors import translated
 from .keys import decode_member
 
@@ -53,7 +54,9 @@ def ensure_groups(client: redis.Redis, streams: Sequence[str]) -> None:
         try:
             client.xgroup_create(stream, GROUP, id="0", mkstream=True)
         except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
+            if is_wrong_type(exc):
+                report_wrong_type(stream, "a stream")  # the others go on
+            elif "BUSYGROUP" not in str(exc):
                 raise
 
 
@@ -66,12 +69,22 @@ def read(
     count: int,
     block_ms: int | None,
 ) -> list[Entry]:
-    """Read new entries for ``consumer``; block up to ``block_ms`` (None: don't)."""
+    """Read new entries for ``consumer``; block up to ``block_ms`` (None: don't).
+
+    A stream key that holds another type (written by hand, or by a bug) would
+    fail the read of every stream: it is left out, and logged, until the
+    sweeper replaces it.
+    """
     try:
         reply = client.xreadgroup(
             GROUP, consumer, {s: ">" for s in streams}, count=count, block=block_ms
         )
     except redis.ResponseError as exc:
+        if is_wrong_type(exc):
+            usable = keys_of_type(client, streams, "stream")
+            if not usable or len(usable) == len(streams):
+                raise
+            return read(client, consumer, usable, count=count, block_ms=block_ms)
         if "NOGROUP" not in str(exc):
             raise
         # Redis lost the group (FLUSHALL, restart without persistence).
@@ -100,6 +113,9 @@ def reclaim(
             stream, GROUP, consumer, min_idle_ms, start_id=start, count=count
         )
     except redis.ResponseError as exc:
+        if is_wrong_type(exc):
+            report_wrong_type(stream, "a stream")
+            return [], "0-0"
         if "NOGROUP" not in str(exc):
             raise
         ensure_groups(client, [stream])

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import redis
 
+from .broken import is_wrong_type, keys_of_type
 from .errors import translated
 
 
@@ -26,9 +27,18 @@ def wait(client: redis.Redis, keys: Sequence[str], timeout: float) -> str | None
     ``BLPOP`` wants) until one of the wake lists ``keys`` is pushed; the
     list that was, or None.
 
-    All ``keys`` must share one hash slot on a Redis Cluster.
+    All ``keys`` must share one hash slot on a Redis Cluster. A key that
+    holds another type is left out, as :func:`.streams.read` does.
     """
-    popped = client.blpop(list(keys), timeout=math.ceil(timeout))
+    try:
+        popped = client.blpop(list(keys), timeout=math.ceil(timeout))
+    except redis.ResponseError as exc:
+        if not is_wrong_type(exc):
+            raise
+        usable = keys_of_type(client, keys, "list")
+        if not usable or len(usable) == len(keys):
+            raise
+        return wait(client, usable, timeout)
     if not popped:
         return None
     key = popped[0]
