@@ -1,13 +1,19 @@
-"""Validation and encoding of task arguments.
+"""Validation and encoding of task arguments (and return values).
 
-Arguments are stored as JSON, never pickled. We walk the value ourselves
+Arguments are stored as JSON, never pickled. The value is walked here
 instead of trusting ``json.dumps``: it would silently turn tuple keys into
 errors but int keys into strings, and accept NaN, so the task would receive
 something other than what the caller passed. The error names the exact place.
+
+The walk also gives the value the form PostgreSQL's jsonb stores (see
+:func:`_as_jsonb_keeps` and :func:`_jsonb_key_order`), on every database:
+what ``schedule()`` returns is then what any database gives back, and what
+the task receives (docs/guide/scheduling.md, "Arguments").
 """
 
 from __future__ import annotations
 
+import decimal
 import json
 import math
 from collections.abc import Mapping
@@ -62,9 +68,12 @@ def check_payload(
             )
         check_text(key, f"the kwargs= key {key!r}", InvalidPayload)
     clean_args = [_check(v, f"args[{i}]", 0, budget) for i, v in enumerate(args)]
-    clean_kwargs = {
-        k: _check(v, f"kwargs[{k!r}]", 0, budget) for k, v in kwargs.items()
-    }
+    clean_kwargs = dict(
+        sorted(
+            ((k, _check(v, f"kwargs[{k!r}]", 0, budget)) for k, v in kwargs.items()),
+            key=_jsonb_key_order,
+        )
+    )
     budget.check(encoded_size(clean_args) + encoded_size(clean_kwargs))
     return clean_args, clean_kwargs
 
@@ -129,6 +138,25 @@ def encoded_size(value: Any) -> int:
     return len(text) if text.isascii() else len(text.encode())
 
 
+def _as_jsonb_keeps(value: float) -> float | int:
+    """``value`` as PostgreSQL's jsonb gives it back: its numbers are
+    decimals, without a negative zero, and one written with a positive
+    exponent (``1e+16``, as ``json`` writes large floats) has no fractional
+    part, so it reads back as an int (of the decimal written, not of the
+    float's binary value: ``1e23`` is ``10**23``)."""
+    if value == 0.0:
+        return 0.0
+    text = repr(value)
+    if "e+" in text:
+        return int(decimal.Decimal(text))
+    return value
+
+
+def _jsonb_key_order(item: tuple[str, Any]) -> tuple[int, bytes]:
+    key = item[0].encode()
+    return len(key), key
+
+
 def _check(value: Any, where: str, depth: int, budget: _Budget | None) -> Any:
     if depth > _MAX_DEPTH:
         raise InvalidPayload(f"{where} is nested more than {_MAX_DEPTH} levels deep.")
@@ -146,7 +174,7 @@ def _check(value: Any, where: str, depth: int, budget: _Budget | None) -> Any:
                 f"{where} is {value!r}, which JSON cannot represent; pass None "
                 f"or a string."
             )
-        return float(value)
+        return _as_jsonb_keeps(float(value))
     if isinstance(value, list | tuple):
         return [
             _check(v, f"{where}[{i}]", depth + 1, budget) for i, v in enumerate(value)
@@ -163,6 +191,10 @@ def _check(value: Any, where: str, depth: int, budget: _Budget | None) -> Any:
             if budget is not None:
                 budget.spend(len(key) + 3)  # its quotes and the colon
             out[key] = _check(item, f"{where}[{key!r}]", depth + 1, budget)
+        if len(out) > 1:
+            # jsonb's own order: shorter keys first (in UTF-8 bytes), then
+            # bytewise.
+            out = dict(sorted(out.items(), key=_jsonb_key_order))
         return out
     kind = type(value).__name__
     hint = _HINTS.get(kind, "pass plain data: ids, strings, numbers, lists, dicts")
