@@ -168,7 +168,7 @@ def find_problems(raw: Any) -> list[Problem]:
                 "delayq.E007",
                 f'DELAYQ["KEY_PREFIX"] must be 1-64 characters of letters, '
                 f"digits and _.:- (no braces: they mark Redis Cluster hash "
-                f"tags); got {prefix!r}.",
+                f"tags); got {short_repr(prefix)}.",
                 'Use e.g. "KEY_PREFIX": "delayq".',
             )
         )
@@ -189,7 +189,7 @@ def _unknown_keys(raw: Mapping[Any, Any]) -> list[Problem]:
         problems.append(
             Problem(
                 "delayq.W001",
-                f"settings.DELAYQ has an unknown key {key!r}; it is ignored.",
+                f"settings.DELAYQ has an unknown key {short_repr(key)}; it is ignored.",
                 hint,
                 error=False,
             )
@@ -217,7 +217,8 @@ def _connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:
         return [
             Problem(
                 "delayq.E013",
-                f'DELAYQ["REDIS_CLUSTER"] must be True or False; got {cluster!r}.',
+                f'DELAYQ["REDIS_CLUSTER"] must be True or False; '
+                f"got {short_repr(cluster)}.",
                 '"REDIS_CLUSTER": True with "REDIS_URL" naming any node of the '
                 "cluster.",
             )
@@ -267,7 +268,8 @@ def _connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:
         return [
             Problem(
                 "delayq.E004",
-                f'DELAYQ["CACHE_ALIAS"] = {alias!r} is not a key of settings.CACHES.',
+                f'DELAYQ["CACHE_ALIAS"] = {short_repr(alias)} is not a key of '
+                f"settings.CACHES.",
                 f"Use one of: {', '.join(map(repr, caches)) or '(none)'}.",
             )
         ]
@@ -276,8 +278,8 @@ def _connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:
         return [
             Problem(
                 "delayq.E004",
-                f"CACHES[{alias!r}] uses {backend!r}; CACHE_ALIAS must name a "
-                f"django-redis cache.",
+                f"CACHES[{short_repr(alias)}] uses {backend!r}; CACHE_ALIAS must "
+                f"name a django-redis cache.",
                 'Set its BACKEND to "django_redis.cache.RedisCache", or use '
                 '"REDIS_URL" instead of "CACHE_ALIAS".',
             )
@@ -367,7 +369,7 @@ def _sentinel_problems(value: Any) -> list[Problem]:
         problems.append(
             problem(
                 f'DELAYQ["REDIS_SENTINEL"]["SERVICE"] must be the name the '
-                f"sentinels monitor the primary under; got {service!r}.",
+                f"sentinels monitor the primary under; got {short_repr(service)}.",
                 'For example "SERVICE": "mymaster" (the name in "sentinel '
                 'monitor mymaster ..." of sentinel.conf).',
             )
@@ -381,7 +383,8 @@ def _sentinel_problems(value: Any) -> list[Problem]:
         problems.append(
             problem(
                 f'DELAYQ["REDIS_SENTINEL"]["NODES"] must be a non-empty list of '
-                f'"host:port" strings (or (host, port) pairs); got {nodes!r}.',
+                f'"host:port" strings (or (host, port) pairs); '
+                f"got {short_repr(nodes)}.",
                 'For example "NODES": ["10.0.0.1:26379", "10.0.0.2:26379", '
                 '"10.0.0.3:26379"].',
             )
@@ -391,7 +394,7 @@ def _sentinel_problems(value: Any) -> list[Problem]:
         problems.append(
             problem(
                 f'DELAYQ["REDIS_SENTINEL"]["DB"] must be a database number, 0 or '
-                f"more; got {db!r}.",
+                f"more; got {short_repr(db)}.",
                 'Remove it to use database 0, or set e.g. "DB": 1.',
             )
         )
@@ -409,7 +412,8 @@ def _sentinel_problems(value: Any) -> list[Problem]:
     if not isinstance(ssl, bool):
         problems.append(
             problem(
-                f'DELAYQ["REDIS_SENTINEL"]["SSL"] must be True or False; got {ssl!r}.',
+                f'DELAYQ["REDIS_SENTINEL"]["SSL"] must be True or False; '
+                f"got {short_repr(ssl)}.",
                 '"SSL": True connects to the sentinels and the primary over TLS.',
             )
         )
@@ -445,7 +449,7 @@ def _queue_problems(queues: Any) -> list[Problem]:
         ]
     problems = []
     for name, options in queues.items():
-        where = f'DELAYQ["QUEUES"][{name!r}]'
+        where = f'DELAYQ["QUEUES"][{short_repr(name)}]'
         if not isinstance(name, str) or not _QUEUE_NAME.match(name):
             problems.append(
                 Problem(
@@ -476,7 +480,7 @@ def _queue_problems(queues: Any) -> list[Problem]:
                 Problem(
                     "delayq.E005",
                     f'{where}["shards"] must be an integer from 1 to '
-                    f"{_MAX_SHARDS}; got {shards!r}.",
+                    f"{_MAX_SHARDS}; got {short_repr(shards)}.",
                     hint,
                 )
             )

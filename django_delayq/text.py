@@ -35,12 +35,17 @@ def check_text(value: str, where: str, error: type[DelayQueueException]) -> str:
     return value
 
 
-def short_repr(value: object) -> str:
-    """``repr(value)`` for an error message, except for a huge int, whose
-    digits say nothing (and past 4,300 of them Python refuses to print)."""
+def short_repr(value: object, limit: int = 200) -> str:
+    """``repr(value)`` for an error message, cut after ``limit`` characters;
+    a huge int is described instead, as its digits say nothing (and past
+    4,300 of them Python refuses to print it, also inside a list)."""
     if isinstance(value, int) and value.bit_length() > 64:
         return f"an int of {value.bit_length()} bits"
-    return repr(value)
+    try:
+        text = repr(value)
+    except ValueError:
+        return f"a {type(value).__name__} holding an int too large to print"
+    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 #: The most of an attempt's error message (``"Type: message"``) a row keeps.

@@ -6,10 +6,12 @@ import pytest
 from django.core import checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
+from hypothesis import given
+from hypothesis import strategies as st
 
 from django_delayq import registry, task
 from django_delayq.checks import check_settings, check_tasks
-from django_delayq.conf import get_settings
+from django_delayq.conf import DEFAULTS, find_problems, get_settings, parse
 from django_delayq.exceptions import InvalidConfiguration
 
 URL = "redis://127.0.0.1:6379/0"
@@ -240,3 +242,55 @@ def test_a_huge_number_setting_is_a_check_error_not_a_crash(settings):
     [problem] = check_settings()
     assert problem.id == "delayq.E006"
     assert "got an int of 16610 bits" in problem.msg
+
+
+SECRET = "pw-s3cr3t"
+setting_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=10**300, max_value=10**5000),
+    st.floats(),
+    st.text(max_size=12),
+    st.lists(st.text(max_size=4) | st.integers(min_value=10**5000), max_size=3),
+    st.dictionaries(
+        st.text(max_size=6), st.integers() | st.text(max_size=4), max_size=3
+    ),
+    st.just(object()),
+)
+redis_urls = st.sampled_from(
+    [
+        f"redis://:{SECRET}@127.0.0.1:6379/0",
+        f"redis://:{SECRET}#x@127.0.0.1:6379/0",  # unencoded '#'
+        f"redis://user:{SECRET}/y@127.0.0.1:6379/0",  # unencoded '/'
+        f"redis://user:{SECRET}?@127.0.0.1/0",
+        f"http://:{SECRET}@127.0.0.1:6379/0",
+        f"rediss://:{SECRET}@host:port/0",
+        f"redis://:{SECRET}@127.0.0.1:6379/db",
+    ]
+)
+delayq_dicts = st.dictionaries(
+    st.sampled_from([*DEFAULTS, "REDIS_ULR", "queues"]),
+    setting_values,
+    max_size=5,
+).flatmap(
+    lambda extra: st.fixed_dictionaries({"REDIS_URL": redis_urls}).map(
+        lambda url: {**extra, **url}
+    )
+)
+
+
+@given(raw=delayq_dicts | setting_values)
+def test_any_delayq_value_gets_check_ids_and_never_shows_the_password(raw):
+    problems = find_problems(raw)
+    for problem in problems:
+        assert problem.id.startswith(("delayq.E0", "delayq.W0")), problem
+        assert SECRET not in f"{problem.msg} {problem.hint}", problem
+    errors = [problem for problem in problems if problem.error]
+    if errors:
+        with pytest.raises(InvalidConfiguration) as refused:
+            parse(raw)
+        assert SECRET not in str(refused.value)
+        assert str(refused.value).endswith(f"({errors[0].id})")
+    else:
+        parse(raw)
