@@ -326,6 +326,7 @@ def _prepare(
             "attempts": 0,
             "max_attempts": target.max_attempts,
             "claim_entry": "",
+            "worker_ids": [],
             "created_at": now,
             "started_at": None,
             "finished_at": None,

@@ -114,6 +114,7 @@ class Batch:
             self.watchdog.check_not_abandoned()
             outcome = execute(
                 entry.task_id,
+                worker=self.consumer,
                 stream=entry.stream,
                 entry_id=entry.entry_id.decode(),
                 reclaimed=entry.reclaimed,
@@ -130,6 +131,7 @@ class Batch:
         rows = transitions.claim_due(
             [(entry.task_id, entry.entry_id.decode()) for entry in fresh],
             timezone.now(),
+            self.consumer,
             write_db(),
         )
         # Two entries may deliver one task: the row names the one it took.

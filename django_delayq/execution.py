@@ -85,14 +85,15 @@ def write_db() -> str:
 def execute(
     task_id: uuid.UUID,
     *,
+    worker: str,
     stream: str,
     entry_id: str,
     reclaimed: bool,
     early_wait: float = EARLY_WAIT_SECONDS,
     watchdog: Watchdog = NO_WATCHDOG,
 ) -> Outcome:
-    """Run the task ``task_id``, delivered by entry ``entry_id`` of ``stream``,
-    if its row says it should run now.
+    """Run the task ``task_id``, delivered by entry ``entry_id`` of ``stream``
+    to the worker thread ``worker``, if its row says it should run now.
 
     Database errors propagate: the caller keeps the entry and tries again.
     """
@@ -143,7 +144,7 @@ def execute(
             logger.debug("task %s is not due until %s; re-delayed", row.pk, row.run_at)
             index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
             return DONE
-    if transitions.claim(row, entry_id, timezone.now(), db) is None:
+    if transitions.claim(row, entry_id, timezone.now(), worker, db) is None:
         return DONE  # another worker, a cancel or a reschedule won
     watchdog.hold([row])
     try:

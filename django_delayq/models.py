@@ -81,6 +81,15 @@ class DelayedTask(models.Model):
             "only that entry may take the attempt over from a dead worker."
         ),
     )
+    worker_ids = models.JSONField(
+        _("workers"),
+        default=list,
+        blank=True,
+        help_text=_(
+            "The worker thread (host:pid:id-thread) that claimed each attempt, "
+            "oldest first."
+        ),
+    )
     created_at = models.DateTimeField(_("created at"), default=timezone.now)
     started_at = models.DateTimeField(_("started at"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)

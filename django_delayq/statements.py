@@ -73,7 +73,7 @@ def can_return_rows(using: str) -> bool:
 
 
 def claim_due(
-    claims: Sequence[tuple[Any, str]], now: Any, using: str
+    claims: Sequence[tuple[Any, str]], now: Any, worker: str, using: str
 ) -> list[DelayedTask]:
     """``scheduled -> running`` for every due row among ``claims``, in one
     ``UPDATE ... RETURNING``; return the rows claimed.
@@ -81,8 +81,8 @@ def claim_due(
     ``claims`` pairs a task id with the stream entry that delivers it: each
     claimed row records its own entry (``claim_entry``), which fences the
     attempt's outcome. Rows that are not scheduled, or not due by ``now``,
-    are left alone and not returned. The caller checks
-    :func:`can_return_rows` first.
+    are left alone and not returned. ``worker`` is appended to each claimed
+    row's ``worker_ids``. The caller checks :func:`can_return_rows` first.
     """
     connection = connections[using]
     moment = prep("started_at", now, connection)
@@ -91,6 +91,7 @@ def claim_due(
         pg_params = [
             "running",
             moment,
+            worker,
             [prep("id", task_id, connection) for task_id, _ in claims],
             [entry for _, entry in claims],
             "scheduled",
@@ -100,7 +101,7 @@ def claim_due(
     n = len(claims)
     sql = _cached(connection, ("claim", n), lambda: _claim_sql(connection, n))
     ids = [prep("id", task_id, connection) for task_id, _ in claims]
-    params: list[Any] = ["running", moment]
+    params: list[Any] = ["running", moment, worker]
     for task_id, entry_id in zip(ids, (entry for _, entry in claims), strict=True):
         params += [task_id, entry_id]
     params += [*ids, "scheduled", moment]
@@ -109,9 +110,17 @@ def claim_due(
 
 
 def _claim_sql(connection: Any, n: int) -> str:
-    status, attempts, started_at, claim_entry, pk, run_at = (
+    status, attempts, started_at, claim_entry, pk, run_at, workers = (
         column(name, connection)
-        for name in ("status", "attempts", "started_at", "claim_entry", "id", "run_at")
+        for name in (
+            "status",
+            "attempts",
+            "started_at",
+            "claim_entry",
+            "id",
+            "run_at",
+            "worker_ids",
+        )
     )
     returning = _returning(connection)
     entries = " ".join(["WHEN %s THEN %s"] * n)
@@ -119,6 +128,8 @@ def _claim_sql(connection: Any, n: int) -> str:
     return (
         f"UPDATE {_table(connection)} SET {status} = %s, "
         f"{attempts} = {attempts} + 1, {started_at} = %s, "
+        # SQLite's JSON1 (built in since 3.38): append to the array.
+        f"{workers} = json_insert({workers}, '$[#]', %s), "
         f"{claim_entry} = CASE {pk} {entries} END "
         f"WHERE {pk} IN ({placeholders}) AND {status} = %s AND {run_at} <= %s "
         f"RETURNING {returning}"
@@ -133,15 +144,24 @@ def _returning(connection: Any, alias: str = "") -> str:
 
 
 def _claim_sql_pg(connection: Any) -> str:
-    status, attempts, started_at, claim_entry, pk, run_at = (
+    status, attempts, started_at, claim_entry, pk, run_at, workers = (
         column(name, connection)
-        for name in ("status", "attempts", "started_at", "claim_entry", "id", "run_at")
+        for name in (
+            "status",
+            "attempts",
+            "started_at",
+            "claim_entry",
+            "id",
+            "run_at",
+            "worker_ids",
+        )
     )
     # Two entries may deliver one task: the row is updated once, with one of
     # them, and the caller reads which from the returned claim_entry.
     return (
         f"UPDATE {_table(connection)} AS t SET {status} = %s, "
         f"{attempts} = t.{attempts} + 1, {started_at} = %s, "
+        f"{workers} = t.{workers} || jsonb_build_array(%s::text), "
         f"{claim_entry} = v.entry "
         f"FROM unnest(%s::uuid[], %s::text[]) AS v(id, entry) "
         f"WHERE t.{pk} = v.id AND t.{status} = %s AND t.{run_at} <= %s "

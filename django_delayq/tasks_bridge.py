@@ -68,7 +68,8 @@ logger = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
 
-#: django-delayq counts attempts but does not record who ran them.
+#: In ``TaskResult.worker_ids``, for attempts of rows written before
+#: django-delayq recorded which worker claimed each attempt.
 UNRECORDED_WORKER = "unrecorded"
 
 _STATUSES = {
@@ -249,11 +250,18 @@ def _result_of(
         kwargs=row.kwargs,
         backend=alias,
         errors=_errors(row),
-        worker_ids=[UNRECORDED_WORKER] * row.attempts,
+        worker_ids=_worker_ids(row),
     )
     if row.status == "succeeded":
         object.__setattr__(result, "_return_value", row.result)
     return result
+
+
+def _worker_ids(row: DelayedTask) -> list[str]:
+    """The worker thread that claimed each attempt; rows written before
+    django-delayq recorded them say ``"unrecorded"`` for those attempts."""
+    recorded = [str(worker) for worker in row.worker_ids or []]
+    return [UNRECORDED_WORKER] * max(row.attempts - len(recorded), 0) + recorded
 
 
 def _row_result(row: DelayedTask, found: FrameworkTask) -> TaskResult[..., Any]:

@@ -72,13 +72,17 @@ def claimed_in_batch(row: DelayedTask) -> bool:
 
 
 def claim_due(
-    claims: Sequence[tuple[Any, str]], now: datetime.datetime, using: str
+    claims: Sequence[tuple[Any, str]],
+    now: datetime.datetime,
+    worker: str,
+    using: str,
 ) -> list[DelayedTask]:
     """Claim every scheduled, due task among ``claims`` in one statement.
 
     ``claims`` pairs task ids with the stream entries delivering them. Each
     claimed row moves ``scheduled -> running`` with ``attempts + 1``,
-    ``started_at = now`` and its entry as ``claim_entry``, and is returned;
+    ``started_at = now``, its entry as ``claim_entry`` and ``worker`` added
+    to ``worker_ids``, and is returned;
     anything else (not due by ``now``, running, finished, missing) is left
     for :func:`claim` to decide one by one. Returns nothing where the
     database cannot return rows from an UPDATE: then every task takes the
@@ -88,13 +92,18 @@ def claim_due(
         return []
     if len(claims) > 1:
         claims = [(task_id, entry + BATCH_MARK) for task_id, entry in claims]
-    return statements.claim_due(claims, now, using)
+    return statements.claim_due(claims, now, worker, using)
 
 
 def claim(
-    row: DelayedTask, entry_id: str, now: datetime.datetime, using: str
+    row: DelayedTask,
+    entry_id: str,
+    now: datetime.datetime,
+    worker: str,
+    using: str,
 ) -> int | None:
-    """Claim the task of ``row`` (as just read) for the delivery ``entry_id``.
+    """Claim the task of ``row`` (as just read) for the delivery ``entry_id``,
+    by ``worker``.
 
     A scheduled row must be due by ``now``; a running row may only be taken
     over by the entry that claimed its current attempt (its worker died, or
@@ -113,12 +122,19 @@ def claim(
             return None
         if claimed_in_batch(row):
             attempt = row.attempts
+    # Written whole: the fence above makes the list read with the row the
+    # one still stored.
+    workers = [*row.worker_ids, worker]
     if not rows.update(
-        status=Status.RUNNING, attempts=attempt, started_at=now, claim_entry=entry_id
+        status=Status.RUNNING,
+        attempts=attempt,
+        started_at=now,
+        claim_entry=entry_id,
+        worker_ids=workers,
     ):
         return None
     row.status, row.attempts, row.started_at = Status.RUNNING, attempt, now
-    row.claim_entry = entry_id
+    row.claim_entry, row.worker_ids = entry_id, workers
     return attempt
 
 
@@ -310,7 +326,11 @@ def restart(rows: QuerySet[DelayedTask], run_at: datetime.datetime) -> int:
     active task now (run it in a savepoint).
     """
     return rows.filter(status=Status.FAILED).update(
-        status=Status.SCHEDULED, run_at=run_at, attempts=0, finished_at=None
+        status=Status.SCHEDULED,
+        run_at=run_at,
+        attempts=0,
+        finished_at=None,
+        worker_ids=[],
     )
 
 

@@ -52,7 +52,7 @@ def claim(row: DelayedTask, entry_id: str) -> int | None:
 
     from django_delayq import transitions
 
-    return transitions.claim(row, entry_id, timezone.now(), "default")
+    return transitions.claim(row, entry_id, timezone.now(), "test-worker", "default")
 
 
 def refresh(task: DelayedTask) -> DelayedTask:

@@ -43,7 +43,7 @@ from .filters import QueueFilter, TaskNameFilter
 
 #: Columns the list never shows: not loading them keeps a page of 100 rows
 #: small whatever the payloads weigh.
-_HEAVY_FIELDS = ("args", "kwargs", "result", "last_traceback")
+_HEAVY_FIELDS = ("args", "kwargs", "result", "last_traceback", "worker_ids")
 
 
 #: The last part of each action's URL name (and its permission's verb).
@@ -115,7 +115,10 @@ class DelayedTaskAdmin(_ModelAdmin):
         ),
         (
             _("Worker bookkeeping"),
-            {"fields": ("shard", "claim_entry"), "classes": ("collapse",)},
+            {
+                "fields": ("shard", "claim_entry", "workers"),
+                "classes": ("collapse",),
+            },
         ),
     )
     readonly_fields = (
@@ -133,6 +136,7 @@ class DelayedTaskAdmin(_ModelAdmin):
         "traceback",
         "shard",
         "claim_entry",
+        "workers",
     )
 
     # -- permissions ------------------------------------------------------
@@ -222,6 +226,11 @@ class DelayedTaskAdmin(_ModelAdmin):
         if task.result is None:
             return self.get_empty_value_display()
         return display.pretty_json(task.result)
+
+    @admin.display(description=_("workers"))
+    def workers(self, task: DelayedTask) -> str:
+        """One line per attempt claimed, oldest first."""
+        return "\n".join(str(worker) for worker in task.worker_ids) or "-"
 
     @admin.display(description=_("last error"))
     def error(self, task: DelayedTask) -> str:

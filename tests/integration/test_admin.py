@@ -248,6 +248,16 @@ def test_the_task_page_shows_the_timeline_error_and_traceback(
     assert "3/3" in page
 
 
+def test_the_task_page_names_the_worker_of_each_attempt(admin_client, redis_client):
+    task = make_failed(
+        schedule(always_fails, args=["no"], delay=60),
+        worker_ids=["web-1:401:1a2b3c-0", "web-2:77:4d5e6f-3"],
+    )
+    page = text(admin_client.get(change_url(task)))
+    assert "web-1:401:1a2b3c-0" in page
+    assert "web-2:77:4d5e6f-3" in page
+
+
 def test_a_task_page_stays_small_whatever_the_row_holds(admin_client, redis_client):
     # A row as an older version wrote it: errors were stored whole.
     huge = "RuntimeError: " + "e" * 5_000_000

@@ -85,6 +85,7 @@ def test_a_worker_stops_rather_than_dead_letter_their_tasks(
     with pytest.raises(KeyPrefixInUse, match=r"\(delayq\.E014\)"):
         execute(
             claimed_by_another_project,
+            worker="test-worker",
             stream=KEYS.ready,
             entry_id="1-0",
             reclaimed=False,

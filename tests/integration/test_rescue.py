@@ -43,6 +43,7 @@ def _dead_worker(redis_client, tasks: int, claimed: int) -> list[DelayedTask]:
     transitions.claim_due(
         [(e.task_id, e.entry_id.decode()) for e in entries[:claimed]],
         timezone.now(),
+        f"{WORKER}-0",
         "default",
     )
     by_id = {row.pk: row for row in rows}

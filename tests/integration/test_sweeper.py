@@ -188,7 +188,7 @@ def test_a_task_stuck_in_a_lost_batch_goes_back_without_losing_an_attempt(
     # have reached the second one yet.
     due = max(t.run_at for t in tasks)
     claimed = transitions.claim_due(
-        [(t.pk, f"{n}-0") for n, t in enumerate(tasks)], due, "default"
+        [(t.pk, f"{n}-0") for n, t in enumerate(tasks)], due, "test-worker", "default"
     )
     assert len(claimed) == 2  # in one batch: nothing says which ever started
     later = timezone.now() + datetime.timedelta(seconds=301)

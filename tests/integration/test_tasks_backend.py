@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
+import socket
 import subprocess
 import sys
 import uuid
@@ -61,6 +63,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 ROOT = Path(__file__).resolve().parents[2]
 READY = shard_keys("delayq", "default", 0).ready
+#: A worker thread's name: host:pid:random id-thread number.
+WORKER_THREAD = re.compile(
+    rf"{re.escape(socket.gethostname())}:{os.getpid()}:[0-9a-f]{{6}}-\d+"
+)
 
 
 @pytest.fixture
@@ -148,7 +154,9 @@ def test_a_due_task_runs_and_its_result_is_read_back_from_the_row(redis_client):
     assert done.status == TaskResultStatus.SUCCESSFUL
     assert done.return_value == 42
     assert done.is_finished
-    assert (done.attempts, done.worker_ids, done.errors) == (1, ["unrecorded"], [])
+    assert (done.attempts, done.errors) == (1, [])
+    [worker] = done.worker_ids
+    assert WORKER_THREAD.fullmatch(worker), worker
     assert done.started_at == done.last_attempted_at == row.started_at
     assert done.finished_at == row.finished_at
     assert done.enqueued_at <= done.started_at <= done.finished_at
@@ -233,6 +241,10 @@ def test_a_takes_context_task_gets_the_attempt_and_its_result(
         "args": ["ctx"],
     }
     assert done.attempts == 2
+    # One worker thread per attempt: drain() starts a new worker each round.
+    assert len(done.worker_ids) == 2
+    assert all(WORKER_THREAD.fullmatch(worker) for worker in done.worker_ids)
+    assert done.worker_ids[0] != done.worker_ids[1]
     # The failed first attempt's write rolled back with it (atomic).
     assert list(Ledger.objects.values_list("key", flat=True)) == ["ctx:2"]
 

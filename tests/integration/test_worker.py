@@ -160,10 +160,11 @@ def test_the_claiming_entry_retried_after_a_database_error_runs_the_task(
     # the worker kept the entry and tries it again.
     assert claim(refresh(task), "1-0") == 1
     assert execute(
-        task.pk, stream=READY, entry_id="1-0", reclaimed=False
+        task.pk, worker="test-worker", stream=READY, entry_id="1-0", reclaimed=False
     ).disposition.value == ("done")
     row = refresh(task)
     assert (row.status, row.attempts) == (Status.SUCCEEDED, 2)
+    assert row.worker_ids == ["test-worker", "test-worker"]  # one per attempt
     assert Order.objects.count() == 1
 
 
@@ -172,7 +173,9 @@ def test_a_duplicate_entry_of_a_running_task_is_acknowledged_and_ignored(
 ):
     task = schedule(create_order, args=["once"])
     assert claim(refresh(task), "1-0") == 1  # running, claimed by entry 1-0
-    outcome = execute(task.pk, stream=READY, entry_id="2-0", reclaimed=True)
+    outcome = execute(
+        task.pk, worker="test-worker", stream=READY, entry_id="2-0", reclaimed=True
+    )
     assert outcome.disposition.value == "done"
     row = refresh(task)
     assert (row.status, row.attempts, row.claim_entry) == (Status.RUNNING, 1, "1-0")
@@ -280,9 +283,17 @@ def test_the_claiming_entry_id_in_another_stream_does_not_take_the_task_over(
 def test_execute_ignores_finished_and_missing_rows(redis_client):
     task = schedule(add, args=[1, 1])
     DelayedTask.objects.filter(pk=task.pk).update(status=Status.SUCCEEDED)
-    done = execute(task.pk, stream=READY, entry_id="1-0", reclaimed=False)
+    done = execute(
+        task.pk, worker="test-worker", stream=READY, entry_id="1-0", reclaimed=False
+    )
     assert done.disposition.value == "done"
-    missing = execute(uuid.uuid4(), stream=READY, entry_id="2-0", reclaimed=False)
+    missing = execute(
+        uuid.uuid4(),
+        worker="test-worker",
+        stream=READY,
+        entry_id="2-0",
+        reclaimed=False,
+    )
     assert missing.disposition.value == "dead"
 
 
