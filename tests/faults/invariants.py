@@ -239,88 +239,13 @@ def check(
     report = Report(drain_seconds=drain(rig, drain_seconds))
     rows = list(DelayedTask.objects.all())
     ledger = list(Ledger.objects.all())
-    runs: dict[str, list[Ledger]] = defaultdict(list)
-    for entry in ledger:
-        runs[entry.key].append(entry)
-    by_key: dict[str, DelayedTask] = {}
-    for row in rows:
-        key = _key(row)
-        if key is not None:
-            by_key[key] = row
-
-    # I1: nothing lost.
-    for key in sorted(expect.committed - set(by_key)):
-        report.add("lost (committed, but no row)", key)
-    now = timezone.now()
-    for key, row in by_key.items():
-        if row.name not in RECORDING or row.status == Status.CANCELLED or runs.get(key):
-            continue
-        if row.status in ACTIVE_STATUSES and row.run_at > now:
-            continue  # not due yet
-        report.add(
-            "lost (never ran)",
-            f"{key} {row.pk} {row.status} attempts={row.attempts} "
-            f"run_at={row.run_at:%H:%M:%S.%f} {row.last_error[:120]}",
-        )
-    for key, row in by_key.items():
-        if row.name == POISON and (
-            row.status != Status.FAILED or row.attempts != row.max_attempts
-        ):
-            report.add(
-                "poison task not failed after all attempts",
-                f"{key} {row.status} attempts={row.attempts}/{row.max_attempts}",
-            )
-    # I2: nothing phantom.
-    for key in sorted(expect.rolled_back & set(by_key)):
-        report.add("phantom rows (rolled back, yet stored)", key)
-    for key in runs:
-        row = by_key.get(key)
-        if row is None or key in expect.rolled_back:
-            report.add("phantom executions (no committed task)", key)
-        elif row.name == POISON:
-            report.add("effects of failed attempts committed", key)
-    # I3: never early; lateness.
-    for key, entries in runs.items():
-        row = by_key.get(key)
-        if row is None:
-            continue
-        for entry in entries:
-            lateness = (entry.at - row.run_at).total_seconds()
-            report.worst_lateness = max(report.worst_lateness, lateness)
-            if lateness < 0:
-                report.add("early", f"{key} started {-lateness * 1000:.1f} ms early")
-    if expect.max_lateness is not None and report.worst_lateness > expect.max_lateness:
-        report.add(
-            "late beyond the scenario's bound",
-            f"{report.worst_lateness:.2f} s > {expect.max_lateness:g} s",
-        )
-    # I4: no duplicate effects.
-    for key, count in Counter(entry.key for entry in ledger).items():
-        if count > 1:
-            pids = [entry.pid for entry in runs[key]]
-            report.add("duplicate effects", f"{key} ran {count} times (pids {pids})")
-    # I5: executions beyond the first only for tasks in flight at a fault.
-    retried = [r for r in rows if r.name in RECORDING and r.attempts > 1]
-    report.extra = len(retried)
-    report.extra_attempts = sum(row.attempts - 1 for row in retried)
-    if report.extra > expect.max_extra:
-        report.add(
-            "more executions beyond the first than tasks in flight at the faults",
-            f"{report.extra} > {expect.max_extra}: "
-            + ", ".join(f"{_key(r)} attempts={r.attempts}" for r in retried[:SHOWN]),
-        )
-    # I6: a committed cancel means the task never starts.
-    for key in sorted(expect.cancelled):
-        row = by_key.get(key)
-        if runs.get(key):
-            report.add("cancelled, yet ran", f"{key} ran at {runs[key][0].at}")
-        if row is not None and row.status != Status.CANCELLED:
-            report.add("cancelled, yet not cancelled", f"{key} is {row.status}")
-        if row is not None and (row.attempts or row.started_at):
-            report.add("cancelled, yet started", f"{key} attempts={row.attempts}")
-    for key, row in by_key.items():
-        if row.status == Status.CANCELLED and runs.get(key):
-            report.add("cancelled row with an execution", key)
+    seen = _Seen(rows, ledger)
+    _check_nothing_lost(report, expect, seen)  # I1
+    _check_nothing_phantom(report, expect, seen)  # I2
+    _check_never_early(report, expect, seen)  # I3
+    _check_no_duplicate_effects(report, ledger, seen)  # I4
+    _check_extra_executions(report, expect, rows)  # I5
+    _check_cancelled_never_ran(report, expect, seen)  # I6
     # I7: quiescence.
     for kind, detail in quiescence_problems(rig):
         report.add(f"not quiescent after {report.drain_seconds:.0f} s: {kind}", detail)
@@ -344,3 +269,110 @@ def check(
     SUMMARY.append(line)
     assert not report.violations, f"{name}: invariants violated\n{report.message()}"
     return report
+
+
+class _Seen:
+    """The rows and the ledger's executions, by task key."""
+
+    def __init__(self, rows: list[DelayedTask], ledger: list[Ledger]) -> None:
+        self.runs: dict[str, list[Ledger]] = defaultdict(list)
+        for entry in ledger:
+            self.runs[entry.key].append(entry)
+        self.by_key: dict[str, DelayedTask] = {}
+        for row in rows:
+            key = _key(row)
+            if key is not None:
+                self.by_key[key] = row
+
+
+def _check_nothing_lost(report: Report, expect: Expect, seen: _Seen) -> None:
+    by_key, runs = seen.by_key, seen.runs
+    for key in sorted(expect.committed - set(by_key)):
+        report.add("lost (committed, but no row)", key)
+    now = timezone.now()
+    for key, row in by_key.items():
+        if row.name not in RECORDING or row.status == Status.CANCELLED or runs.get(key):
+            continue
+        if row.status in ACTIVE_STATUSES and row.run_at > now:
+            continue  # not due yet
+        report.add(
+            "lost (never ran)",
+            f"{key} {row.pk} {row.status} attempts={row.attempts} "
+            f"run_at={row.run_at:%H:%M:%S.%f} {row.last_error[:120]}",
+        )
+    for key, row in by_key.items():
+        if row.name == POISON and (
+            row.status != Status.FAILED or row.attempts != row.max_attempts
+        ):
+            report.add(
+                "poison task not failed after all attempts",
+                f"{key} {row.status} attempts={row.attempts}/{row.max_attempts}",
+            )
+
+
+def _check_nothing_phantom(report: Report, expect: Expect, seen: _Seen) -> None:
+    for key in sorted(expect.rolled_back & set(seen.by_key)):
+        report.add("phantom rows (rolled back, yet stored)", key)
+    for key in seen.runs:
+        row = seen.by_key.get(key)
+        if row is None or key in expect.rolled_back:
+            report.add("phantom executions (no committed task)", key)
+        elif row.name == POISON:
+            report.add("effects of failed attempts committed", key)
+
+
+def _check_never_early(report: Report, expect: Expect, seen: _Seen) -> None:
+    for key, entries in seen.runs.items():
+        row = seen.by_key.get(key)
+        if row is None:
+            continue
+        for entry in entries:
+            lateness = (entry.at - row.run_at).total_seconds()
+            report.worst_lateness = max(report.worst_lateness, lateness)
+            if lateness < 0:
+                report.add("early", f"{key} started {-lateness * 1000:.1f} ms early")
+    if expect.max_lateness is not None and report.worst_lateness > expect.max_lateness:
+        report.add(
+            "late beyond the scenario's bound",
+            f"{report.worst_lateness:.2f} s > {expect.max_lateness:g} s",
+        )
+
+
+def _check_no_duplicate_effects(
+    report: Report, ledger: list[Ledger], seen: _Seen
+) -> None:
+    for key, count in Counter(entry.key for entry in ledger).items():
+        if count > 1:
+            pids = [entry.pid for entry in seen.runs[key]]
+            report.add("duplicate effects", f"{key} ran {count} times (pids {pids})")
+
+
+def _check_extra_executions(
+    report: Report, expect: Expect, rows: list[DelayedTask]
+) -> None:
+    """Executions beyond the first only for tasks in flight at a fault."""
+    retried = [r for r in rows if r.name in RECORDING and r.attempts > 1]
+    report.extra = len(retried)
+    report.extra_attempts = sum(row.attempts - 1 for row in retried)
+    if report.extra > expect.max_extra:
+        report.add(
+            "more executions beyond the first than tasks in flight at the faults",
+            f"{report.extra} > {expect.max_extra}: "
+            + ", ".join(f"{_key(r)} attempts={r.attempts}" for r in retried[:SHOWN]),
+        )
+
+
+def _check_cancelled_never_ran(report: Report, expect: Expect, seen: _Seen) -> None:
+    """A committed cancel means the task never starts."""
+    by_key, runs = seen.by_key, seen.runs
+    for key in sorted(expect.cancelled):
+        row = by_key.get(key)
+        if runs.get(key):
+            report.add("cancelled, yet ran", f"{key} ran at {runs[key][0].at}")
+        if row is not None and row.status != Status.CANCELLED:
+            report.add("cancelled, yet not cancelled", f"{key} is {row.status}")
+        if row is not None and (row.attempts or row.started_at):
+            report.add("cancelled, yet started", f"{key} attempts={row.attempts}")
+    for key, row in by_key.items():
+        if row.status == Status.CANCELLED and runs.get(key):
+            report.add("cancelled row with an execution", key)
