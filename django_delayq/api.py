@@ -584,3 +584,8 @@ def _retry_key_clash(lookup: _Lookup, db: str) -> DuplicateTask:
         key=key,
         existing_id=holder.pk,
     )
+
+
+# Task.schedule() calls schedule(); registry cannot import this module, which
+# imports it.
+registry.use_scheduler(schedule)

@@ -7,7 +7,9 @@
 through it, in the caller's transaction; the row's ``name`` is the task's
 ``module_path``. Results are read back from the row, from any process. This
 module holds the backend, the validation of its ``QUEUES`` and ``OPTIONS``,
-and the errors it reports; how workers find, run and report these tasks is
+the errors it reports and :func:`lookup`, which decides which task names are
+its own (for ``enqueue()`` and for workers alike); rows become results in
+:mod:`django_delayq.tasks_results`, and how workers run these tasks is
 :mod:`django_delayq.tasks_bridge`.
 """
 
@@ -16,15 +18,19 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import re
+import sys
 import uuid
 from collections.abc import Mapping
 from typing import Any, ParamSpec, TypeVar
 
+from django.apps import apps
 from django.core import checks
 from django.db import router, transaction
+from django.utils.module_loading import import_string
 
 from . import _tasks_compat, conf, registry
-from .exceptions import DelayQueueException, InvalidConfiguration
+from .exceptions import InvalidConfiguration
 
 _tasks_compat.require()
 
@@ -37,9 +43,21 @@ from ._tasks_compat import (  # noqa: E402
     TaskResult,
     TaskResultDoesNotExist,
     normalize_json,
+    task_backends,
     task_enqueued,
 )
 from .payload import encode_json  # noqa: E402
+from .tasks_results import (  # noqa: E402
+    AttemptAborted,
+    TaskCancelled,
+    result_of,
+    send,
+    task_of,
+)
+
+__all__ = ["AttemptAborted", "DelayQueueBackend", "TaskCancelled", "lookup"]
+
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -60,15 +78,6 @@ def _as_django_stores(value: Any) -> Any:
         return json.loads(encode_json(normalize_json(value)))
     except (TypeError, ValueError, RecursionError):
         return value
-
-
-class TaskCancelled(DelayQueueException):
-    """The error of a task cancelled before it ran."""
-
-
-class AttemptAborted(DelayQueueException):
-    """The error of an attempt that ended outside the task's own code: its
-    worker was lost, or did not know the task."""
 
 
 class DelayQueueBackend(BaseTaskBackend):
@@ -118,7 +127,6 @@ class DelayQueueBackend(BaseTaskBackend):
         self._check_declared(task)
         from . import api
         from .models import DelayedTask
-        from .tasks_bridge import _result_of, _send
 
         row = api.schedule(
             task.module_path,
@@ -128,9 +136,9 @@ class DelayQueueBackend(BaseTaskBackend):
             queue=task.queue_name,
             max_attempts=self.max_attempts,
         )
-        result = _result_of(row, task, self.alias)
+        result = result_of(row, task, self.alias)
         transaction.on_commit(
-            functools.partial(_send, task_enqueued, self, result),
+            functools.partial(send, task_enqueued, self, result),
             using=router.db_for_write(DelayedTask),
         )
         return result
@@ -138,7 +146,6 @@ class DelayQueueBackend(BaseTaskBackend):
     def get_result(self, result_id: str) -> TaskResult[..., Any]:
         """Read the result from the task's row (primary database)."""
         from .models import DelayedTask
-        from .tasks_bridge import _framework_task, _row_result
 
         try:
             task_id = uuid.UUID(str(result_id))
@@ -146,15 +153,18 @@ class DelayQueueBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(result_id) from None
         db = router.db_for_write(DelayedTask)
         row = DelayedTask.objects.using(db).filter(pk=task_id).first()
-        found = None if row is None else _framework_task(row.name)
-        if row is None or found is None:
+        if row is None:
             raise TaskResultDoesNotExist(result_id)
-        return _row_result(row, found)
+        # Tasks modules first, as a worker does: this process may not have
+        # imported the one that declares the task.
+        registry.autodiscover()
+        found, _ = lookup(row.name)
+        if found is None:
+            raise TaskResultDoesNotExist(result_id)
+        return result_of(row, task_of(row, found), found.backend)
 
     def _check_declared(self, task: Task[..., Any]) -> None:
         """Refuse a task that a worker could not find again by its path."""
-        from .tasks_bridge import _lookup
-
         path = task.module_path
         if len(path) > registry.MAX_NAME_LENGTH:
             raise InvalidTask(
@@ -162,7 +172,7 @@ class DelayQueueBackend(BaseTaskBackend):
                 f"the most a task row's name holds; shorten the module or "
                 f"function name."
             )
-        declared, reason = _lookup(path)
+        declared, reason = lookup(path)
         if declared is None:
             raise InvalidTask(f"Cannot enqueue {path!r}: {reason}")
         if declared.func is not task.func:
@@ -258,3 +268,65 @@ def _option_problems(alias: str, options: object) -> list[conf.Problem]:
             )
         )
     return problems
+
+
+# -- finding tasks by name -------------------------------------------------------
+
+
+def lookup(path: str) -> tuple[Task[..., Any] | None, str]:
+    """Import ``path`` if it may be a task of this backend's; the task, or
+    why not. Workers find tasks by it, and ``enqueue()`` refuses a task
+    they could not find."""
+    if not _DOTTED.match(path):
+        return None, "not a dotted path"
+    if not apps.apps_ready:
+        return None, "the apps are not loaded yet"
+    # Cheap refusals first, so a forged name imports nothing: a backend of
+    # ours must be configured, and only installed apps' modules are imported.
+    aliases = task_backends.settings
+    if not any(isinstance(_backend(alias), DelayQueueBackend) for alias in aliases):
+        return None, "no TASKS backend is a DelayQueueBackend"
+    module = path.rpartition(".")[0]
+    app = apps.get_containing_app_config(module)
+    if app is None:
+        return None, (
+            f"module {module!r} is not in an installed app; workers import "
+            f"django.tasks tasks from INSTALLED_APPS only."
+        )
+    # Importing runs a module's code, so a name from a row (which anyone
+    # who can write to the table or the stream can forge) imports nothing
+    # but an app's tasks module or package; any other module must have been
+    # imported already, by the worker's start-up or by a tasks module.
+    if module not in sys.modules and not _in_tasks_package(module, app.name):
+        return None, (
+            f"module {module!r} has not been imported in this worker, which "
+            f"imports only the tasks modules of installed apps ({app.name}.tasks "
+            f"and below); import it from there or from the app's "
+            f"AppConfig.ready()."
+        )
+    try:
+        found = import_string(path)
+    except Exception as exc:  # any error of the module is "not a task"
+        return None, f"importing it failed ({type(exc).__name__}: {exc})."
+    if not isinstance(found, Task) or found.module_path != path:
+        return None, (
+            "it does not import as the @task it names; keep the decorated "
+            "task under the function's own name, at module level."
+        )
+    if not isinstance(_backend(found.backend), DelayQueueBackend):
+        return None, (
+            f"it is declared for backend {found.backend!r}, which is not a "
+            f"DelayQueueBackend in settings.TASKS."
+        )
+    return found, ""
+
+
+def _in_tasks_package(module: str, app: str) -> bool:
+    return module == f"{app}.tasks" or module.startswith(f"{app}.tasks.")
+
+
+def _backend(alias: str) -> BaseTaskBackend | None:
+    try:
+        return task_backends[alias]
+    except Exception:  # an alias or BACKEND of someone else's that is broken
+        return None

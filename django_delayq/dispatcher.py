@@ -23,9 +23,9 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from .conf import get_settings
+from .dispatch_stats import DispatchStats
 from .exceptions import RedisUnavailable
 from .leases import Leases, Shard
 from .ownership import OWNER_CHECK_INTERVAL, check_prefix
@@ -36,15 +36,6 @@ from .timing import retry_pause
 from .wakeups import WakeListener
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class DispatchStats:
-    moved: int = 0
-    batches: int = 0
-    leases_taken: int = 0
-    leases_lost: int = 0
-    per_shard: dict[str, int] = field(default_factory=dict)
 
 
 class Dispatcher:

@@ -23,7 +23,7 @@ from .store.connection import Client
 from .store.keys import ShardKeys
 
 if TYPE_CHECKING:
-    from .dispatcher import DispatchStats
+    from .dispatch_stats import DispatchStats
 
 logger = logging.getLogger(__name__)
 

@@ -11,15 +11,14 @@ import functools
 import inspect
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, Unpack, overload
 
 from .conf import MAX_TIME_LIMIT
 from .exceptions import InvalidArgument, InvalidTaskDefinition, TaskNotRegistered
+from .options import ScheduleOptions
 from .text import check_text
 
 if TYPE_CHECKING:
-    import datetime
-
     from .models import DelayedTask
 
 P = ParamSpec("P")
@@ -58,34 +57,23 @@ class Task(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
 
-    def schedule(
-        self,
-        *,
-        args: Any = (),
-        kwargs: dict[str, Any] | None = None,
-        delay: float | datetime.timedelta | None = None,
-        eta: datetime.datetime | None = None,
-        queue: str | None = None,
-        key: str | None = None,
-        replace: bool = False,
-        max_attempts: int | None = None,
-        using: str | None = None,
-    ) -> DelayedTask:
-        """Schedule this task; see :func:`django_delayq.schedule`."""
-        from .api import schedule
+    def schedule(self, **options: Unpack[ScheduleOptions]) -> DelayedTask:
+        """Schedule this task; ``options`` as for :func:`django_delayq.schedule`."""
+        if _scheduler is None:  # importing the package imports api: never
+            raise RuntimeError("django_delayq.api is not imported")
+        return _scheduler(self, **options)
 
-        return schedule(
-            self,
-            args=args,
-            kwargs=kwargs,
-            delay=delay,
-            eta=eta,
-            queue=queue,
-            key=key,
-            replace=replace,
-            max_attempts=max_attempts,
-            using=using,
-        )
+
+#: :func:`django_delayq.schedule`, handed over by :mod:`django_delayq.api`
+#: when it is imported, which importing the package always does. This module
+#: does not import api: api imports it.
+_scheduler: Callable[..., DelayedTask] | None = None
+
+
+def use_scheduler(schedule: Callable[..., DelayedTask]) -> None:
+    """Set what :meth:`Task.schedule` calls (done by :mod:`django_delayq.api`)."""
+    global _scheduler
+    _scheduler = schedule
 
 
 _registry: dict[str, Task[Any, Any]] = {}

@@ -1,0 +1,113 @@
+"""The package's structure: no import cycles, one definition of the options.
+
+The import graph is read from the source (every ``import``, also inside
+functions, which hides a cycle but does not remove it), so a cycle fails
+here before it makes a refactor painful.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+from django_delayq import schedule
+from django_delayq.options import ScheduleOptions
+from django_delayq.registry import Task
+
+PACKAGE = Path(__file__).resolve().parents[2] / "django_delayq"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of the package -> the modules of the package it imports."""
+    modules = {
+        module_name(path): path
+        for path in PACKAGE.rglob("*.py")
+        if "migrations" not in path.parts
+    }
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.rsplit(".", node.level - 1)[0]
+                    base = f"{anchor}.{base}" if base else anchor
+                # "from . import x" imports the module x when there is one.
+                targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+            else:
+                continue
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph[name].add(target)
+                    break
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(node: str) -> None:
+        order[node] = low[node] = len(order)
+        stack.append(node)
+        for nxt in graph[node]:
+            if nxt not in order:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], order[nxt])
+        if low[node] == order[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in order:
+            visit(node)
+    return found
+
+
+def test_the_graph_sees_lazy_imports():
+    graph = import_graph()
+    # backends imports api inside enqueue(): an edge all the same.
+    assert "django_delayq.api" in graph["django_delayq.backends"]
+    assert "django_delayq.models" in graph["django_delayq.api"]
+
+
+def test_a_cycle_is_found():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_the_package_has_no_import_cycle():
+    assert cycles(import_graph()) == []
+
+
+def test_schedule_and_task_schedule_take_the_same_options():
+    spelled_out = set(inspect.signature(schedule).parameters) - {"fn_or_name"}
+    assert spelled_out == set(ScheduleOptions.__optional_keys__)
+    # Task.schedule() takes exactly those, as **options: ScheduleOptions.
+    kinds = [p.kind for p in inspect.signature(Task.schedule).parameters.values()]
+    assert kinds == [
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,  # self
+        inspect.Parameter.VAR_KEYWORD,
+    ]
