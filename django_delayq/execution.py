@@ -325,15 +325,18 @@ def fail(
         return False
 
     def report() -> None:
-        log_event(logging.ERROR, "failed", row, error=repr(error))
+        log_event(logging.ERROR, "failed", row, trace=trace, error=repr(error))
         signals.send(signals.task_failed, row, error=error)
 
     transaction.on_commit(report, using=db)
     return True
 
 
-def log_event(level: int, event: str, row: DelayedTask, **fields: object) -> None:
-    """One key=value line per task event, easy to grep and to parse."""
+def log_event(
+    level: int, event: str, row: DelayedTask, *, trace: str = "", **fields: object
+) -> None:
+    """One key=value line per task event, easy to grep and to parse; then
+    ``trace`` (a failed task's traceback), if any, on the lines below."""
     if not logger.isEnabledFor(level):
         return
     values = {
@@ -351,9 +354,10 @@ def log_event(level: int, event: str, row: DelayedTask, **fields: object) -> Non
         values["duration_ms"] = int(elapsed * 1000)
     logger.log(
         level,
-        "task %s %s",
+        "task %s %s%s",
         event,
         " ".join(f"{key}={value}" for key, value in values.items()),
+        f"\n{trace.rstrip()}" if trace else "",
         extra={"delayq_event": event, "delayq_task_id": str(row.pk)},
     )
 

@@ -150,7 +150,9 @@ def _install_signal_handlers(
         received.append(signum)
         name = signal.Signals(signum).name
         if len(received) == 1:
-            logging.getLogger("django_delayq").warning(
+            # A graceful stop is the normal end of a deploy: INFO, not a
+            # warning an operator would have to look into.
+            logging.getLogger("django_delayq").info(
                 "%s: %s received, finishing what is in flight (send it again to "
                 "exit at once)",
                 what,

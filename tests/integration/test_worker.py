@@ -410,3 +410,14 @@ def test_a_return_value_over_max_result_bytes_is_not_stored(
         'more than 1000 bytes of JSON, over the DELAYQ["MAX_RESULT_BYTES"] limit '
         "of 1000. Return an id or a summary" in caplog.text
     )
+
+
+def test_a_failed_task_is_logged_with_its_traceback(redis_client, caplog):
+    task = schedule(raises_at_length, args=[3])
+    drain()
+    [line] = [r for r in caplog.records if r.getMessage().startswith("task failed")]
+    assert line.levelname == "ERROR"
+    text = line.getMessage()
+    assert f"id={task.pk}" in text.splitlines()[0]
+    assert "\nTraceback (most recent call last):\n" in text
+    assert text.endswith("ValueError: start xxx end")
