@@ -15,7 +15,7 @@ class DelayQueueConfig(AppConfig):
         from django.core.checks import register
         from django.core.signals import setting_changed
 
-        from . import checks, conf
+        from . import checks, conf, deploy_checks
 
         register(checks.check_settings, "django_delayq")
         register(checks.check_tasks, "django_delayq")
@@ -23,6 +23,7 @@ class DelayQueueConfig(AppConfig):
         # Needs the database and Redis: run by `check --database` and by
         # `migrate`, as Django's own database checks are.
         register(checks.check_key_prefix_owner, "django_delayq", "database")
+        register(deploy_checks.check_deployment, "django_delayq", deploy=True)
         setting_changed.connect(conf.reset, dispatch_uid="django_delayq.conf.reset")
         setting_changed.connect(
             _reset_connections, dispatch_uid="django_delayq.connection.reset"

@@ -1,4 +1,5 @@
-"""Reading the index in bulk, for reconciliation: which ids are where."""
+"""Reading the index in bulk, for reconciliation (which ids are where), and
+the server's settings, for the deployment checks."""
 
 from __future__ import annotations
 
@@ -69,3 +70,22 @@ def _decode(member: bytes) -> uuid.UUID | None:
         return decode_member(member)
     except ValueError:
         return None
+
+
+@translated
+def server_config(client: redis.Redis, names: Sequence[str]) -> dict[str, str]:
+    """The values of the Redis settings ``names`` (``CONFIG GET``), for the
+    deployment checks; empty where ``CONFIG`` is refused (managed Redis
+    services rename or disable it). On a cluster, one node's answer."""
+    values: dict[str, str] = {}
+    for name in names:
+        try:
+            reply: Any = client.config_get(name)
+        except redis.ResponseError:
+            return {}
+        if reply and all(isinstance(v, dict) for v in reply.values()):
+            reply = next(iter(reply.values()))  # a cluster answers per node
+        value = reply.get(name) if reply else None
+        if value is not None:
+            values[name] = value.decode() if isinstance(value, bytes) else str(value)
+    return values

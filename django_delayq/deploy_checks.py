@@ -1,0 +1,99 @@
+"""Deployment checks (``manage.py check --deploy``): ``delayq.W002``-``W005``.
+
+What a production review of the Redis behind django-delayq would flag. None
+stops anything: the rows are the truth and the sweeper repairs Redis, but
+each of these makes a task late, or Redis open to the network. The two that
+ask Redis itself are skipped when it does not answer or refuses ``CONFIG``.
+See docs/reference/checks.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.core.checks import CheckMessage, Warning
+
+from . import conf
+from .exceptions import InvalidConfiguration, RedisUnavailable
+
+_LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+
+
+def check_deployment(**kwargs: Any) -> list[CheckMessage]:
+    try:
+        settings = conf.parse(conf.raw_settings())
+    except InvalidConfiguration:
+        return []  # check_settings reports it
+    return [*_url_warnings(settings), *_server_warnings()]
+
+
+def _url_warnings(settings: conf.Settings) -> list[CheckMessage]:
+    warnings: list[CheckMessage] = []
+    if settings.sentinel is not None:
+        if not settings.sentinel.password:
+            warnings.append(_no_password('DELAYQ["REDIS_SENTINEL"] has no PASSWORD'))
+        return warnings
+    if settings.redis_url is None:
+        return warnings  # CACHE_ALIAS: the cache's own settings
+    parts = urlsplit(settings.redis_url)
+    if parts.scheme == "unix":
+        return warnings
+    host = parts.hostname or ""
+    if parts.scheme == "redis" and host not in _LOOPBACK:
+        warnings.append(
+            Warning(
+                f'DELAYQ["REDIS_URL"] reaches {host} over plaintext redis://: '
+                f"task ids, and the password if any, cross the network unencrypted.",
+                hint='Use "rediss://" (TLS) for a Redis on another host.',
+                id="delayq.W004",
+            )
+        )
+    if not parts.password:
+        warnings.append(_no_password('DELAYQ["REDIS_URL"] has no password'))
+    return warnings
+
+
+def _no_password(what: str) -> CheckMessage:
+    return Warning(
+        f"{what}: anyone who reaches this Redis can read, cancel or run tasks "
+        f"by writing their ids.",
+        hint='Set "requirepass" (or an ACL user) on Redis and put the '
+        "password in the URL (or REDIS_SENTINEL's PASSWORD).",
+        id="delayq.W005",
+    )
+
+
+def _server_warnings() -> list[CheckMessage]:
+    from .store.connection import get_client
+    from .store.inspect import server_config
+
+    try:
+        config = server_config(get_client(), ["maxmemory-policy", "save", "appendonly"])
+    except RedisUnavailable:
+        return []  # not reachable from here; nothing to say about it
+    warnings: list[CheckMessage] = []
+    policy = config.get("maxmemory-policy")
+    if policy is not None and policy != "noeviction":
+        warnings.append(
+            Warning(
+                f"Redis evicts keys when it is full (maxmemory-policy {policy}): "
+                f"an evicted due-set or stream is found missing only by the "
+                f"sweeper, so its tasks run up to a sweep interval late.",
+                hint="Set maxmemory-policy noeviction (a full Redis then "
+                "refuses writes, which the outbox absorbs), and keep enough "
+                "memory for the backlog.",
+                id="delayq.W002",
+            )
+        )
+    if config.get("save") == "" and config.get("appendonly") == "no":
+        warnings.append(
+            Warning(
+                "Redis keeps nothing on disk (no RDB snapshots, no AOF): after "
+                "a restart every task is indexed again by the sweeper, up to a "
+                "sweep interval late.",
+                hint="Enable appendonly yes (AOF, everysec), or RDB snapshots.",
+                id="delayq.W003",
+            )
+        )
+    return warnings

@@ -1,0 +1,59 @@
+"""`manage.py check --deploy`: what a production review of the Redis flags.
+
+Each case runs a real redis-server configured the way it describes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.core import checks
+
+from tests.conftest import delayq_settings
+from tools.servers import RedisServer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def deploy_ids() -> set[str]:
+    found = checks.run_checks(include_deployment_checks=True, tags=["django_delayq"])
+    return {message.id for message in found if message.id.startswith("delayq.")}
+
+
+@pytest.fixture
+def server(request) -> Iterator[RedisServer]:
+    redis_server = RedisServer(**request.param)
+    redis_server.start()
+    try:
+        yield redis_server
+    finally:
+        redis_server.stop()
+
+
+CARELESS = {"extra_args": ["--maxmemory-policy", "allkeys-lru"]}
+CAREFUL = {"password": "s3cret", "extra_args": ["--appendonly", "yes"]}
+
+
+@pytest.mark.parametrize("server", [CARELESS], indirect=True)
+def test_eviction_no_persistence_and_no_password_are_flagged(settings, server):
+    settings.DELAYQ = delayq_settings(server.url)
+    assert deploy_ids() == {"delayq.W002", "delayq.W003", "delayq.W005"}
+    # Not by a plain `check`.
+    plain = {m.id for m in checks.run_checks(tags=["django_delayq"])}
+    assert not plain & {"delayq.W002", "delayq.W003", "delayq.W005"}
+
+
+@pytest.mark.parametrize("server", [CAREFUL], indirect=True)
+def test_a_careful_redis_on_loopback_passes(settings, server):
+    settings.DELAYQ = delayq_settings(server.url)
+    assert deploy_ids() == set()
+
+
+@pytest.mark.timeout(30)
+def test_plaintext_to_another_host_is_flagged_without_waiting_for_it(settings):
+    # 192.0.2.0/24 is reserved for documentation: nothing answers there.
+    settings.DELAYQ = delayq_settings("redis://:pw@192.0.2.10:6379/0")
+    assert deploy_ids() == {"delayq.W004"}
+    settings.DELAYQ = delayq_settings("rediss://:pw@192.0.2.10:6379/0")
+    assert deploy_ids() == set()
