@@ -55,6 +55,8 @@ _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _KEY_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 _CONNECTION_KEYS = ("REDIS_URL", "CACHE_ALIAS", "REDIS_SENTINEL")
+#: Django's built-in Redis cache backend, which CACHE_ALIAS may name.
+DJANGO_REDIS_CACHE = "django.core.cache.backends.redis.RedisCache"
 #: REDIS_SENTINEL's keys, with their defaults (None: required)
 _SENTINEL_KEYS: dict[str, Any] = {
     "SERVICE": None,
@@ -274,14 +276,15 @@ def _connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:
             )
         ]
     backend = str(caches[alias].get("BACKEND", ""))
-    if not backend.startswith("django_redis."):
+    if not backend.startswith("django_redis.") and backend != DJANGO_REDIS_CACHE:
         return [
             Problem(
                 "delayq.E004",
                 f"CACHES[{short_repr(alias)}] uses {backend!r}; CACHE_ALIAS must "
-                f"name a django-redis cache.",
-                'Set its BACKEND to "django_redis.cache.RedisCache", or use '
-                '"REDIS_URL" instead of "CACHE_ALIAS".',
+                f"name a Redis cache (Django's own, or django-redis).",
+                f'Set its BACKEND to "{DJANGO_REDIS_CACHE}" or '
+                '"django_redis.cache.RedisCache", or use "REDIS_URL" instead '
+                'of "CACHE_ALIAS".',
             )
         ]
     return []

@@ -1,6 +1,6 @@
 """Redis clients built from ``DELAYQ["REDIS_URL"]`` (a single Redis, or any
 node of a Redis Cluster with ``["REDIS_CLUSTER"]``), ``["REDIS_SENTINEL"]`` or
-a django-redis cache.
+a Redis cache (Django's own or django-redis').
 
 Each *role* gets its own connection pool with its own timeouts:
 
@@ -35,10 +35,11 @@ from collections.abc import Hashable, Iterable
 from typing import Any, TypeAlias
 
 import redis
+from django.conf import settings as django_settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ..conf import SentinelSettings, Settings, get_settings
+from ..conf import DJANGO_REDIS_CACHE, SentinelSettings, Settings, get_settings
 from ..exceptions import RedisUnavailable
 from .errors import translated
 
@@ -143,9 +144,12 @@ def _build(role: str, settings: Settings) -> redis.Redis:
         return redis.Redis(connection_pool=pool)
     if settings.sentinel is not None:
         return _sentinel_primary(settings.sentinel, options)
+    assert settings.cache_alias is not None
+    cache = django_settings.CACHES[settings.cache_alias]
+    if cache.get("BACKEND") == DJANGO_REDIS_CACHE:
+        return _from_django_cache(cache, options)
     from django_redis import get_redis_connection
 
-    assert settings.cache_alias is not None
     base: redis.Redis = get_redis_connection(settings.cache_alias, write=True)
     base_pool = base.connection_pool
     if type(base_pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
@@ -161,6 +165,23 @@ def _build(role: str, settings: Settings) -> redis.Redis:
         return base
     kwargs = {**base_pool.connection_kwargs, **options}
     pool = redis.ConnectionPool(connection_class=base_pool.connection_class, **kwargs)
+    return redis.Redis(connection_pool=pool)
+
+
+def _from_django_cache(cache: dict[str, Any], options: dict[str, Any]) -> redis.Redis:
+    """A client of the server Django's own ``RedisCache`` writes to: the first
+    of its ``LOCATION`` URLs, with its ``OPTIONS`` as that cache passes them
+    to redis-py (minus what only the cache uses), and our timeouts."""
+    location = cache.get("LOCATION", "")
+    if isinstance(location, str):
+        location = location.replace(";", ",").split(",")
+    writer = str(location[0] if location else "").strip()
+    extra = {
+        key: value
+        for key, value in dict(cache.get("OPTIONS") or {}).items()
+        if key not in ("pool_class", "parser_class", "serializer")
+    }
+    pool = redis.ConnectionPool.from_url(writer, **{**extra, **options})
     return redis.Redis(connection_pool=pool)
 
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from django.core import checks
 from django.core.management import CommandError, call_command
 from django.db import transaction
 
@@ -38,6 +39,31 @@ def test_cache_alias_reuses_a_django_redis_caches_server(
     kwargs = get_client().connection_pool.connection_kwargs
     assert kwargs["socket_timeout"] == 0.25
     assert kwargs["port"] == redis_server.port
+
+
+def test_cache_alias_may_name_djangos_own_redis_cache(settings, password_redis):
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "redis": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            # Its writer first, then a replica (here the same server).
+            "LOCATION": [
+                f"redis://:s3cret@127.0.0.1:{password_redis.port}/2",
+                f"redis://:s3cret@127.0.0.1:{password_redis.port}/3",
+            ],
+            "OPTIONS": {"health_check_interval": 30},
+        },
+    }
+    settings.DELAYQ = {"CACHE_ALIAS": "redis", "QUEUES": {"orders": {}}}
+    found = checks.run_checks(tags=["django_delayq"])
+    assert "delayq.E004" not in {message.id for message in found}
+    task = schedule(add, args=[1, 2], delay=30)
+    client = get_client()
+    assert indexed_score(client, task) == expected_score(task)
+    kwargs = client.connection_pool.connection_kwargs
+    assert (kwargs["db"], kwargs["socket_timeout"]) == (2, 0.25)
+    assert kwargs["health_check_interval"] == 30
+    assert not OutboxEntry.objects.exists()
 
 
 @pytest.fixture
