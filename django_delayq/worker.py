@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import random
 import socket
 import threading
 import time
@@ -39,10 +40,10 @@ from .ownership import check_prefix
 from .quota import Quota
 from .readers import StreamReaders, read_now
 from .reclaim import Reclaimer
-from .store import streams
+from .store import leases, streams
 from .store.connection import Client, get_client
 from .store.errors import error_text
-from .store.keys import shard_keys
+from .store.keys import shard_keys, workers_key
 from .stuck import give_up
 from .time_limits import DEFAULT_GRACE, Watchdog
 from .timing import retry_pause
@@ -179,6 +180,8 @@ class Worker:
         client = get_client("loop")
         if not self._start(client, once):
             return self.stats
+        if not once:  # a one-off pass is not a worker to watch
+            self._say_alive(client, self._beat_seconds)
         logger.info(
             "worker %s: %d thread(s) on %s",
             self.name,
@@ -207,6 +210,8 @@ class Worker:
             consumers += self._readers.consumers.values()
         self._in_flight.hand_back(client, self.name)
         self._leave_group(client, consumers)
+        if not once:
+            self._say_gone(client)
         if stuck:
             raise WorkerStuck(
                 f"worker {self.name}: {stuck} task(s) ran past their time limit "
@@ -233,7 +238,7 @@ class Worker:
         how many tasks were stuck past their limit."""
         # The main thread keeps the heartbeat going, also while a graceful
         # stop lets the tasks in flight finish.
-        beat = max(self.visibility_timeout / 3, 0.1)
+        beat = self._beat_seconds
         next_beat = time.monotonic() + beat
         given_up: set[int] = set()
         while alive := [t for t in threads if t.is_alive() and t.ident not in given_up]:
@@ -247,6 +252,7 @@ class Worker:
                     self.stop()
             if time.monotonic() >= next_beat:
                 self._in_flight.beat(client, self.name)
+                self._say_alive(client, beat)
                 next_beat = time.monotonic() + beat
         return len(given_up)
 
@@ -273,6 +279,32 @@ class Worker:
                 )
                 self._stopping.wait(pause)
         return False
+
+    @property
+    def _beat_seconds(self) -> float:
+        """How often the main thread heartbeats the entries in flight and the
+        process itself."""
+        return max(self.visibility_timeout / 3, 0.1)
+
+    def _say_alive(self, client: Client, beat: float) -> None:
+        """Renew this process's heartbeat in ``<prefix>:workers``; it lapses
+        after three missed beats."""
+        try:
+            leases.beat(
+                client,
+                workers_key(get_settings().key_prefix),
+                self.name,
+                int(beat * 3 * 1000),
+                prune=random.random() < 0.1,
+            )
+        except RedisUnavailable as exc:
+            logger.debug("worker %s: heartbeat not written: %s", self.name, exc)
+
+    def _say_gone(self, client: Client) -> None:
+        try:
+            leases.leave(client, workers_key(get_settings().key_prefix), self.name)
+        except RedisUnavailable as exc:
+            logger.debug("worker %s: heartbeat not removed: %s", self.name, exc)
 
     def _leave_group(self, client: Client, consumers: list[str]) -> None:
         """Remove this worker's consumers that hold no pending entries."""

@@ -31,11 +31,6 @@ from . import chart, display, figures
 
 logger = logging.getLogger(__name__)
 
-#: A worker thread reads its streams every few seconds while idle, and a busy
-#: one is touched by its worker's heartbeat every VISIBILITY_TIMEOUT / 3; one
-#: silent for longer than that plus this margin is probably gone.
-QUIET_MARGIN = 10.0
-
 
 @dataclass
 class ShardRow:
@@ -159,6 +154,7 @@ def read_redis(now: datetime.datetime) -> RedisView:
         shards = stats.read_shards(
             client, settings.key_prefix, settings.queues.values()
         )
+        alive = stats.live_workers(client, settings.key_prefix)
     except RedisUnavailable as exc:
         logger.warning(
             "django-delayq admin: Redis at %s did not answer (%s)",
@@ -169,7 +165,6 @@ def read_redis(now: datetime.datetime) -> RedisView:
     view = RedisView(location=location)
     holders: dict[str, Dispatcher] = {}
     workers: dict[str, dict[str, Any]] = {}
-    quiet_after_ms = (settings.visibility_timeout / 3 + QUIET_MARGIN) * 1000
     for state in shards:
         next_due = ""
         if state.head_score is not None:
@@ -209,14 +204,19 @@ def read_redis(now: datetime.datetime) -> RedisView:
         view.pending += state.pending
         view.dead += state.dead
     view.dispatchers = sorted(holders.values(), key=lambda d: d.token)
+    for name in alive - set(workers):  # up, and has read nothing yet
+        workers[name] = {"threads": set(), "shards": set(), "pending": 0, "idle": None}
     view.workers = [
         WorkerProcess(
             name=name,
             threads=len(seen["threads"]),
             shards=len(seen["shards"]),
             pending=seen["pending"],
-            idle=display.duration(seen["idle"] / 1000),
-            quiet=seen["idle"] > quiet_after_ms,
+            idle="" if seen["idle"] is None else display.duration(seen["idle"] / 1000),
+            # Liveness from the worker's own heartbeat: the idle time Redis
+            # keeps for a consumer also grows while it blocks waiting for
+            # work (Redis 7.0), so it cannot tell idle from dead.
+            quiet=name not in alive,
         )
         for name, seen in sorted(workers.items())
     ]

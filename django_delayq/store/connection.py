@@ -1,6 +1,6 @@
 """Redis clients built from ``DELAYQ["REDIS_URL"]`` (a single Redis, or any
 node of a Redis Cluster with ``["REDIS_CLUSTER"]``), ``["REDIS_SENTINEL"]`` or
-a Redis cache (Django's own or django-redis').
+the cache of ``CACHE_ALIAS`` (Django's own ``RedisCache``, or django-redis).
 
 Each *role* gets its own connection pool with its own timeouts:
 

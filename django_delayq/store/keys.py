@@ -9,7 +9,8 @@ every key of one shard lives in one slot and each Lua script touches one slot)::
     <prefix>:{<queue>:<shard>}:lease  STRING  token of the dispatcher owning the shard
     <prefix>:{<queue>:<shard>}:dead   STREAM  entries no worker could run, with why
 
-and, per prefix, ``<prefix>:owner`` (see :mod:`django_delayq.ownership`).
+and, per prefix, ``<prefix>:owner`` (see :mod:`django_delayq.ownership`) and
+``<prefix>:workers`` (:func:`workers_key`).
 
 A member is the task id's 16 raw bytes: the smallest unique encoding, which
 keeps Redis memory per scheduled task low.
@@ -48,6 +49,14 @@ def shard_keys(prefix: str, queue: str, shard: int) -> ShardKeys:
 def sweeper_lock_key(prefix: str) -> str:
     """The lock one sweep pass holds, so concurrent sweepers take turns."""
     return f"{prefix}:sweeper"
+
+
+def workers_key(prefix: str) -> str:
+    """The ZSET of live worker processes: member = worker name, score = the
+    expiry of its heartbeat (epoch ms). What the dashboard and status read
+    for liveness: Redis' own idle time of a consumer grows while it blocks
+    waiting for work, so it cannot tell an idle worker from a dead one."""
+    return f"{prefix}:workers"
 
 
 def dispatchers_key(prefix: str, queues: list[str]) -> str:

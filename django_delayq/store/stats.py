@@ -25,7 +25,7 @@ import redis
 
 from ..conf import QueueSettings
 from .errors import translated
-from .keys import shard_keys
+from .keys import shard_keys, workers_key
 from .streams import GROUP
 
 #: Commands :func:`read_shards` queues per shard, in this order.
@@ -128,6 +128,18 @@ def read_shards(
             )
         )
     return states
+
+
+@translated
+def live_workers(client: redis.Redis, prefix: str) -> set[str]:
+    """The worker processes whose heartbeat (``<prefix>:workers``) has not
+    lapsed, by Redis' clock; one round trip."""
+    pipe = client.pipeline(transaction=False)
+    pipe.time()
+    pipe.zrangebyscore(workers_key(prefix), "-inf", "+inf", withscores=True)
+    (seconds, micros), members = pipe.execute()
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    return {_text(name) for name, expiry in members if expiry > now_ms}
 
 
 @translated

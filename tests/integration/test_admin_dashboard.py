@@ -7,6 +7,7 @@ import html
 import os
 import re
 import signal
+import threading
 import time
 import uuid
 
@@ -21,7 +22,9 @@ from django_delayq import schedule
 from django_delayq.models import DelayedTask, Status
 from django_delayq.store import streams
 from django_delayq.store.keys import shard_keys
+from django_delayq.worker import Worker
 from tests.testapp.tasks import add, order_cancel, send_reminder
+from tools.servers import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -97,6 +100,12 @@ def test_the_dashboard_reads_due_sets_streams_leases_and_workers_from_redis(
         streams.GROUP, "web-1:4242:abc123-0", {keys.ready: ">"}, count=1
     )
     redis_client.set(keys.lease, "web-1:777:0badcafe", px=30_000)
+    # Its heartbeat, as a running worker writes it (and one that stopped).
+    seconds, _ = redis_client.time()
+    redis_client.zadd(
+        "delayq:workers",
+        {"web-1:4242:abc123": seconds * 1000 + 60_000, "web-2:1:dead00": 1},
+    )
 
     response = admin_client.get(reverse(DASHBOARD))
     shards = section(response, "delayq-shards")
@@ -108,7 +117,47 @@ def test_the_dashboard_reads_due_sets_streams_leases_and_workers_from_redis(
     assert "web-1:777:0badcafe default:0" in dispatchers
     workers = section(response, "delayq-workers")
     assert re.search(r"web-1:4242:abc123 1 1 1 \d+ (ms|s) ago", workers)
-    assert "silent" not in workers
+    assert "no heartbeat" not in workers
+    # A worker whose heartbeat lapsed is not listed without a consumer: it
+    # left nothing behind to look after.
+    assert "web-2:1:dead00" not in workers
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_is_alive_by_its_own_heartbeat_and_flagged_without_one(
+    admin_client, redis_client
+):
+    worker = Worker()
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_until(
+            lambda: redis_client.zscore("delayq:workers", worker.name),
+            "the worker's heartbeat",
+        )
+        # Alive by its heartbeat, whatever idle time Redis reports for its
+        # consumers (Redis 7.0 counts a read blocked waiting for work).
+        workers = section(admin_client.get(reverse(DASHBOARD)), "delayq-workers")
+        assert worker.name in workers
+        assert "no heartbeat" not in workers
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    assert not redis_client.zscore("delayq:workers", worker.name)  # it left
+    # A consumer left by a worker that was killed holding a task: no
+    # heartbeat any more.
+    schedule(add, args=[1, 1])
+    call_command("delayq_dispatch", once=True, verbosity=0)
+    keys = shard_keys("delayq", "default", 0)
+    redis_client.xreadgroup(
+        streams.GROUP, "web-9:13:0dead0-0", {keys.ready: ">"}, count=1
+    )
+    workers = section(admin_client.get(reverse(DASHBOARD)), "delayq-workers")
+    assert re.search(
+        r"web-9:13:0dead0 1 1 1 .* \(no heartbeat: it has stopped, or cannot "
+        r"reach Redis\)",
+        workers,
+    )
 
 
 def test_a_shard_with_due_tasks_and_no_dispatcher_is_flagged(

@@ -1,6 +1,7 @@
--- members.lua: heartbeat of a dispatcher, and how many are alive.
+-- members.lua: heartbeat of a dispatcher (or a worker), and how many are alive.
 --
--- KEYS[1]  dispatchers  ZSET, member = dispatcher token, score = expiry (epoch ms)
+-- KEYS[1]  dispatchers  ZSET, member = dispatcher token (or worker name),
+--                       score = expiry (epoch ms)
 -- ARGV[1]  the caller's token
 -- ARGV[2]  heartbeat time to live in ms
 -- ARGV[3]  "1" to also delete expired members (callers do it now and then:
