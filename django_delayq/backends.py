@@ -29,7 +29,7 @@ from django.core import checks
 from django.db import router, transaction
 from django.utils.module_loading import import_string
 
-from . import _tasks_compat, conf, registry
+from . import _tasks_compat, check_ids, conf, registry
 from .exceptions import InvalidConfiguration
 
 _tasks_compat.require()
@@ -195,7 +195,7 @@ class DelayQueueBackend(BaseTaskBackend):
         where = f'TASKS["{self.alias}"]["QUEUES"]'
         return [
             conf.Problem(
-                "delayq.E010",
+                check_ids.BACKEND_QUEUES,
                 f"{where} names {name!r}, which is not a django-delayq queue.",
                 f'Add it to DELAYQ["QUEUES"] (e.g. "QUEUES": {{{name!r}: {{}}}}), '
                 f"or remove it from {where}.",
@@ -212,7 +212,7 @@ def _queue_list_problems(alias: str, queues: object) -> list[conf.Problem]:
         return []
     return [
         conf.Problem(
-            "delayq.E010",
+            check_ids.BACKEND_QUEUES,
             f'TASKS["{alias}"]["QUEUES"] must be a list of queue names; '
             f"got {queues!r}.",
             'For example "QUEUES": ["default", "orders"], naming queues of '
@@ -226,7 +226,7 @@ def _option_problems(alias: str, options: object) -> list[conf.Problem]:
     if not isinstance(options, Mapping):
         return [
             conf.Problem(
-                "delayq.E009",
+                check_ids.BACKEND_OPTIONS,
                 f"{where} must be a dict, not {type(options).__name__}.",
                 'For example "OPTIONS": {"max_attempts": 5, "atomic": True}.',
             )
@@ -237,7 +237,7 @@ def _option_problems(alias: str, options: object) -> list[conf.Problem]:
             close = difflib.get_close_matches(str(key), OPTIONS, n=1)
             problems.append(
                 conf.Problem(
-                    "delayq.E009",
+                    check_ids.BACKEND_OPTIONS,
                     f"{where} has an unknown option {key!r}.",
                     f"Did you mean {close[0]!r}?"
                     if close
@@ -253,7 +253,7 @@ def _option_problems(alias: str, options: object) -> list[conf.Problem]:
         except ValueError as exc:
             problems.append(
                 conf.Problem(
-                    "delayq.E009",
+                    check_ids.BACKEND_OPTIONS,
                     str(exc),
                     'Remove it to use DELAYQ["MAX_ATTEMPTS"].',
                 )
@@ -261,7 +261,7 @@ def _option_problems(alias: str, options: object) -> list[conf.Problem]:
     if not isinstance(options.get("atomic", True), bool):
         problems.append(
             conf.Problem(
-                "delayq.E009",
+                check_ids.BACKEND_OPTIONS,
                 f'{where}["atomic"] must be True or False; got {options["atomic"]!r}.',
                 "Use True (the default: the task and the record of its "
                 "success commit together) or False.",

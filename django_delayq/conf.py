@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings as django_settings
 
+from . import check_ids
 from .exceptions import InvalidConfiguration, UnknownQueue
 from .text import short_repr
 
@@ -147,7 +148,7 @@ def find_problems(raw: Any) -> list[Problem]:
     if raw is None:
         return [
             Problem(
-                "delayq.E002",
+                check_ids.CONNECTION,
                 "settings.DELAYQ is not set, so django-delayq has no Redis connection.",
                 f"Add {example}, or point CACHE_ALIAS at a django-redis cache.",
             )
@@ -155,7 +156,7 @@ def find_problems(raw: Any) -> list[Problem]:
     if not isinstance(raw, Mapping):
         return [
             Problem(
-                "delayq.E001",
+                check_ids.NOT_A_DICT,
                 f"settings.DELAYQ must be a dict, not {type(raw).__name__}.",
                 f"Use {example}.",
             )
@@ -167,7 +168,7 @@ def find_problems(raw: Any) -> list[Problem]:
     if not isinstance(prefix, str) or not _KEY_PREFIX.match(prefix):
         problems.append(
             Problem(
-                "delayq.E007",
+                check_ids.KEY_PREFIX,
                 f'DELAYQ["KEY_PREFIX"] must be 1-64 characters of letters, '
                 f"digits and _.:- (no braces: they mark Redis Cluster hash "
                 f"tags); got {short_repr(prefix)}.",
@@ -190,7 +191,7 @@ def _unknown_keys(raw: Mapping[Any, Any]) -> list[Problem]:
         )
         problems.append(
             Problem(
-                "delayq.W001",
+                check_ids.UNKNOWN_SETTING,
                 f"settings.DELAYQ has an unknown key {short_repr(key)}; it is ignored.",
                 hint,
                 error=False,
@@ -206,7 +207,7 @@ def _connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:
         state = f"{' and '.join(given)} are set" if given else "none is set"
         return [
             Problem(
-                "delayq.E002",
+                check_ids.CONNECTION,
                 f'DELAYQ needs exactly one of "REDIS_URL", "CACHE_ALIAS" and '
                 f'"REDIS_SENTINEL"; {state}.',
                 'Set "REDIS_URL": "redis://host:6379/0", "CACHE_ALIAS" naming a '
@@ -218,7 +219,7 @@ def _connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:
     if not isinstance(cluster, bool):
         return [
             Problem(
-                "delayq.E013",
+                check_ids.CLUSTER,
                 f'DELAYQ["REDIS_CLUSTER"] must be True or False; '
                 f"got {short_repr(cluster)}.",
                 '"REDIS_CLUSTER": True with "REDIS_URL" naming any node of the '
@@ -228,7 +229,7 @@ def _connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:
     if cluster and given != ["REDIS_URL"]:
         return [
             Problem(
-                "delayq.E013",
+                check_ids.CLUSTER,
                 f'DELAYQ["REDIS_CLUSTER"] needs "REDIS_URL"; {given[0]} is set.',
                 'Set "REDIS_URL" to any node of the cluster, e.g. '
                 '"redis://10.0.0.1:7000/0"; the client finds the other nodes.',
@@ -242,7 +243,7 @@ def _connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:
             shown = repr(redact_url(url)) if isinstance(url, str) else short_repr(url)
             return [
                 Problem(
-                    "delayq.E003",
+                    check_ids.REDIS_URL,
                     f'DELAYQ["REDIS_URL"] must be a redis://, rediss:// or '
                     f"unix:// URL; got {shown}.",
                     'For example "redis://:password@127.0.0.1:6379/0", or '
@@ -254,7 +255,7 @@ def _connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:
         if malformed is not None:
             return [
                 Problem(
-                    "delayq.E003",
+                    check_ids.REDIS_URL,
                     f'DELAYQ["REDIS_URL"] {redact_url(url)!r} is malformed: '
                     f"{malformed}.",
                     "Percent-encode the special characters of the user name and "
@@ -269,7 +270,7 @@ def _connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:
     if not isinstance(alias, str) or alias not in caches:
         return [
             Problem(
-                "delayq.E004",
+                check_ids.CACHE_ALIAS,
                 f'DELAYQ["CACHE_ALIAS"] = {short_repr(alias)} is not a key of '
                 f"settings.CACHES.",
                 f"Use one of: {', '.join(map(repr, caches)) or '(none)'}.",
@@ -279,7 +280,7 @@ def _connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:
     if not backend.startswith("django_redis.") and backend != DJANGO_REDIS_CACHE:
         return [
             Problem(
-                "delayq.E004",
+                check_ids.CACHE_ALIAS,
                 f"CACHES[{short_repr(alias)}] uses {backend!r}; CACHE_ALIAS must "
                 f"name a Redis cache (Django's own, or django-redis).",
                 f'Set its BACKEND to "{DJANGO_REDIS_CACHE}" or '
@@ -330,7 +331,7 @@ def _cluster_url_problems(url: str) -> list[Problem]:
     if parts.scheme == "unix":
         return [
             Problem(
-                "delayq.E013",
+                check_ids.CLUSTER,
                 'DELAYQ["REDIS_CLUSTER"] needs a redis:// or rediss:// '
                 "REDIS_URL; a cluster is not reached through a unix socket.",
                 hint,
@@ -339,7 +340,7 @@ def _cluster_url_problems(url: str) -> list[Problem]:
     if parts.path.strip("/") not in ("", "0"):
         return [
             Problem(
-                "delayq.E013",
+                check_ids.CLUSTER,
                 f'DELAYQ["REDIS_URL"] selects database {parts.path.strip("/")!r}; '
                 f"a Redis Cluster has only database 0.",
                 hint,
@@ -350,7 +351,7 @@ def _cluster_url_problems(url: str) -> list[Problem]:
 
 def _sentinel_problems(value: Any) -> list[Problem]:
     def problem(msg: str, hint: str = f"For example {_SENTINEL_EXAMPLE}.") -> Problem:
-        return Problem("delayq.E012", msg, hint)
+        return Problem(check_ids.SENTINEL, msg, hint)
 
     if not isinstance(value, Mapping):
         return [
@@ -444,7 +445,7 @@ def _queue_problems(queues: Any) -> list[Problem]:
     if not isinstance(queues, Mapping):
         return [
             Problem(
-                "delayq.E005",
+                check_ids.QUEUES,
                 f'DELAYQ["QUEUES"] must be a dict of queue name to options, '
                 f"not {type(queues).__name__}.",
                 hint,
@@ -456,7 +457,7 @@ def _queue_problems(queues: Any) -> list[Problem]:
         if not isinstance(name, str) or not _QUEUE_NAME.match(name):
             problems.append(
                 Problem(
-                    "delayq.E005",
+                    check_ids.QUEUES,
                     f"{where}: a queue name must be 1-64 letters, digits or "
                     f"_.- characters.",
                     hint,
@@ -465,14 +466,14 @@ def _queue_problems(queues: Any) -> list[Problem]:
             continue
         if not isinstance(options, Mapping):
             problems.append(
-                Problem("delayq.E005", f"{where} must be a dict of options.", hint)
+                Problem(check_ids.QUEUES, f"{where} must be a dict of options.", hint)
             )
             continue
         unknown = set(options) - _QUEUE_KEYS
         if unknown:
             problems.append(
                 Problem(
-                    "delayq.E005",
+                    check_ids.QUEUES,
                     f"{where} has unknown option(s) {sorted(map(str, unknown))}.",
                     f"Known options: {', '.join(sorted(_QUEUE_KEYS))}.",
                 )
@@ -481,7 +482,7 @@ def _queue_problems(queues: Any) -> list[Problem]:
         if not _is_int(shards) or not 1 <= shards <= _MAX_SHARDS:
             problems.append(
                 Problem(
-                    "delayq.E005",
+                    check_ids.QUEUES,
                     f'{where}["shards"] must be an integer from 1 to '
                     f"{_MAX_SHARDS}; got {short_repr(shards)}.",
                     hint,
@@ -513,7 +514,7 @@ def _number_problems(raw: Mapping[Any, Any]) -> list[Problem]:
             kind = "an integer" if integer else "a number of seconds"
             problems.append(
                 Problem(
-                    "delayq.E006",
+                    check_ids.NUMBER,
                     f'DELAYQ["{key}"] must be {kind} from {low} to {high}; '
                     f"got {short_repr(value)}.",
                     f"Remove it to use the default ({DEFAULTS[key]!r}).",

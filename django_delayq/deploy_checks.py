@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from django.core.checks import CheckMessage, Warning
 
-from . import conf
+from . import check_ids, conf
 from .exceptions import InvalidConfiguration, RedisUnavailable
 
 _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
@@ -46,7 +46,7 @@ def _url_warnings(settings: conf.Settings) -> list[CheckMessage]:
                 f'DELAYQ["REDIS_URL"] reaches {host} over plaintext redis://: '
                 f"task ids, and the password if any, cross the network unencrypted.",
                 hint='Use "rediss://" (TLS) for a Redis on another host.',
-                id="delayq.W004",
+                id=check_ids.REDIS_PLAINTEXT,
             )
         )
     if not parts.password:
@@ -60,7 +60,7 @@ def _no_password(what: str) -> CheckMessage:
         f"by writing their ids.",
         hint='Set "requirepass" (or an ACL user) on Redis and put the '
         "password in the URL (or REDIS_SENTINEL's PASSWORD).",
-        id="delayq.W005",
+        id=check_ids.REDIS_NO_PASSWORD,
     )
 
 
@@ -83,7 +83,7 @@ def _server_warnings() -> list[CheckMessage]:
                 hint="Set maxmemory-policy noeviction (a full Redis then "
                 "refuses writes, which the outbox absorbs), and keep enough "
                 "memory for the backlog.",
-                id="delayq.W002",
+                id=check_ids.REDIS_EVICTS,
             )
         )
     if config.get("save") == "" and config.get("appendonly") == "no":
@@ -93,7 +93,7 @@ def _server_warnings() -> list[CheckMessage]:
                 "a restart every task is indexed again by the sweeper, up to a "
                 "sweep interval late.",
                 hint="Enable appendonly yes (AOF, everysec), or RDB snapshots.",
-                id="delayq.W003",
+                id=check_ids.REDIS_NOT_PERSISTENT,
             )
         )
     return warnings

@@ -26,6 +26,7 @@ import logging
 from django.db import DatabaseError, connections, router
 from django.db.migrations.recorder import MigrationRecorder
 
+from . import check_ids
 from .conf import get_settings
 from .exceptions import KeyPrefixInUse
 from .models import DelayedTask
@@ -82,7 +83,8 @@ def check_prefix() -> None:
             f"each project's sweeper would delete the other's tasks and its "
             f"workers would dead-letter them. Give each project its own "
             f"KEY_PREFIX or Redis database; if the other project is gone for "
-            f"good, delete the key {owner_key(prefix)!r}. (delayq.E014)"
+            f"good, delete the key {owner_key(prefix)!r}. "
+            f"({check_ids.KEY_PREFIX_IN_USE})"
         )
         logger.error("%s", error)
         raise error

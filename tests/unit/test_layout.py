@@ -1,4 +1,5 @@
-"""The package's structure: no import cycles, one definition of the options.
+"""The package's structure: no import cycles, one definition of the options,
+the check ids in one place.
 
 The import graph is read from the source (every ``import``, also inside
 functions, which hides a cycle but does not remove it), so a cycle fails
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from pathlib import Path
 
 from django_delayq import schedule
@@ -16,6 +18,7 @@ from django_delayq.options import ScheduleOptions
 from django_delayq.registry import Task
 
 PACKAGE = Path(__file__).resolve().parents[2] / "django_delayq"
+DOCS_CHECKS = PACKAGE.parent / "docs" / "reference" / "checks.md"
 
 
 def module_name(path: Path) -> str:
@@ -111,3 +114,21 @@ def test_schedule_and_task_schedule_take_the_same_options():
         inspect.Parameter.POSITIONAL_OR_KEYWORD,  # self
         inspect.Parameter.VAR_KEYWORD,
     ]
+
+
+def test_every_check_id_is_defined_once_and_documented():
+    from django_delayq import check_ids
+
+    documented = set(
+        re.findall(r"^#{2,3} `(delayq\.[EW]\d{3})`", DOCS_CHECKS.read_text(), re.M)
+    )
+    assert set(check_ids.ALL) == documented
+    assert len(set(check_ids.ALL)) == len(check_ids.ALL)
+    # Nowhere else is an id written as a string.
+    spelled = {
+        path.name
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "check_ids.py"
+        and re.search(r"[\"']delayq\.[EW]\d{3}[\"']", path.read_text())
+    }
+    assert spelled == set()
