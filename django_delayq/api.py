@@ -32,10 +32,10 @@ from .exceptions import (
     TaskNotFound,
 )
 from .ids import shard_of, uuid7
+from .inserts import insert_rows, new_row
 from .models import ACTIVE_STATUSES, DelayedTask, OutboxEntry, Status
+from .outbox import index_after_commit, unindex_after_commit
 from .payload import check_payload
-from .rows import insert_rows, new_row
-from .sync import index_after_commit, unindex_after_commit
 from .text import check_text
 from .timing import resolve_run_at
 

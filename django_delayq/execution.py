@@ -33,10 +33,10 @@ from . import registry, signals, transitions
 from .conf import get_settings
 from .exceptions import InvalidPayload, TaskNotRegistered, TimeLimitExceeded
 from .models import DelayedTask, OutboxEntry, Status
+from .outbox import index_after_commit
 from .ownership import check_prefix
 from .payload import check_value
 from .store.keys import shard_keys
-from .sync import index_after_commit
 from .time_limits import NO_WATCHDOG, Watchdog, time_limit_error
 from .timing import ceil_ms
 

@@ -47,10 +47,10 @@ from .board import Snapshot
 from .exceptions import RedisUnavailable
 from .execution import Verdict, record_failure, write_db
 from .models import DelayedTask, OutboxEntry, Status
+from .outbox import index_after_commit
 from .store import streams
 from .store.connection import Client, get_client
 from .store.errors import error_text
-from .sync import index_after_commit
 from .worker import Worker
 
 logger = logging.getLogger(__name__)

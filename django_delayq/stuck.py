@@ -21,10 +21,10 @@ from .conf import get_settings
 from .exceptions import TimeLimitExceeded
 from .execution import record_failure, write_db
 from .models import DelayedTask, OutboxEntry
+from .outbox import index_after_commit
 from .store import streams
 from .store.connection import Client
 from .store.keys import shard_keys
-from .sync import index_after_commit
 from .time_limits import Stuck, time_limit_error
 
 logger = logging.getLogger(__name__)

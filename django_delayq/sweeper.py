@@ -46,12 +46,12 @@ from .conf import get_settings
 from .exceptions import RedisUnavailable
 from .execution import fail
 from .models import DelayedTask, OutboxEntry, Status
+from .outbox import entry_of, index_after_commit, replay_outbox
 from .ownership import check_prefix
 from .store import broken, index, inspect, leases
 from .store.connection import Client, get_client
 from .store.errors import error_text
 from .store.keys import shard_keys, sweeper_lock_key
-from .sync import entry_of, index_after_commit, replay_outbox
 from .timing import to_score
 
 logger = logging.getLogger(__name__)

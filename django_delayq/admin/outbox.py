@@ -17,7 +17,7 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from .. import sync
+from .. import outbox
 from ..models import OutboxEntry
 from . import display
 
@@ -34,7 +34,7 @@ def replay_outbox(
 ) -> None:
     """Replay the selected entries now, whatever their backoff says.
 
-    :func:`~django_delayq.sync.replay_outbox` replays the entries due at its
+    :func:`~django_delayq.outbox.replay_outbox` replays the entries due at its
     ``now=``, oldest first. Called "as of" the latest next attempt among the
     selected entries, it takes all of them, and the entries due before them
     as well; that is harmless, since a replay makes Redis agree with the row
@@ -47,7 +47,7 @@ def replay_outbox(
     as_of = max([timezone.now(), *(at for _pk, at in selected)])
     replayed = failed = 0
     for _batch in range(MAX_BATCHES):
-        result = sync.replay_outbox(batch_size=BATCH, now=as_of)
+        result = outbox.replay_outbox(batch_size=BATCH, now=as_of)
         replayed += result.replayed
         failed += result.failed
         if result.failed or result.replayed < BATCH:

@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from django_delayq import schedule
 from django_delayq.models import DelayedTask, OutboxEntry, Status
+from django_delayq.outbox import replay_outbox
 from django_delayq.store import connection as redis_connection
-from django_delayq.sync import replay_outbox
 from tests.helpers import expected_score, indexed_score, refresh
 from tests.testapp.tasks import add, always_fails, order_cancel, send_reminder
 

@@ -10,8 +10,8 @@ from django.db import transaction
 from django_delayq import cancel, reschedule, schedule, schedule_many
 from django_delayq.api import Call
 from django_delayq.models import DelayedTask, OutboxEntry, Status
+from django_delayq.outbox import replay_outbox
 from django_delayq.store import connection
-from django_delayq.sync import replay_outbox
 from tests.helpers import due_members, expected_score
 from tests.testapp.models import Order
 from tests.testapp.tasks import add, order_cancel
