@@ -4,7 +4,7 @@ of the Redis writes waiting for a replay, and a "Replay now" action."""
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
@@ -20,6 +20,7 @@ from django.utils.translation import gettext_lazy, ngettext
 from .. import outbox
 from ..models import OutboxEntry
 from . import display
+from .readonly import ReadOnlyAdmin
 
 #: Entries per replay_outbox() call, and the most calls one action makes.
 BATCH = 500
@@ -97,14 +98,7 @@ def replay_outbox(
         )
 
 
-if TYPE_CHECKING:
-    _ModelAdmin = admin.ModelAdmin[OutboxEntry]
-else:
-    # ModelAdmin is generic for type checkers only.
-    _ModelAdmin = admin.ModelAdmin
-
-
-class OutboxEntryAdmin(_ModelAdmin):
+class OutboxEntryAdmin(ReadOnlyAdmin):
     list_display = (
         "action",
         "task_link",
@@ -130,25 +124,9 @@ class OutboxEntryAdmin(_ModelAdmin):
         "next_attempt_at",
         "last_error",
     )
-    readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(
-        self, request: HttpRequest, obj: OutboxEntry | None = None
-    ) -> bool:
-        return False
-
-    def has_delete_permission(
-        self, request: HttpRequest, obj: OutboxEntry | None = None
-    ) -> bool:
-        # A deleted entry is a Redis write that never happens.
-        return False
 
     def has_replay_permission(self, request: HttpRequest) -> bool:
-        opts = self.opts
-        return request.user.has_perm(f"{opts.app_label}.replay_{opts.model_name}")
+        return self.has_verb_permission(request, "replay")
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[OutboxEntry], search_term: str

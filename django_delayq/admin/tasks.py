@@ -9,7 +9,7 @@ sweeper noticed, and a finished one is pruned after its retention anyway.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
@@ -40,6 +40,7 @@ from .actions import (
     run_tasks_now,
 )
 from .filters import QueueFilter, TaskNameFilter
+from .readonly import ReadOnlyAdmin
 
 #: Columns the list never shows: not loading them keeps a page of 100 rows
 #: small whatever the payloads weigh.
@@ -57,14 +58,7 @@ class _TaskChangeList(ChangeList):
         return super().get_queryset(request, exclude_parameters).defer(*_HEAVY_FIELDS)
 
 
-if TYPE_CHECKING:
-    _ModelAdmin = admin.ModelAdmin[DelayedTask]
-else:
-    # ModelAdmin is generic for type checkers only.
-    _ModelAdmin = admin.ModelAdmin
-
-
-class DelayedTaskAdmin(_ModelAdmin):
+class DelayedTaskAdmin(ReadOnlyAdmin):
     list_display = (
         "name",
         "queue",
@@ -121,51 +115,16 @@ class DelayedTaskAdmin(_ModelAdmin):
             },
         ),
     )
-    readonly_fields = (
-        "id",
-        "name",
-        "queue",
-        "key",
-        "status_label",
-        "attempts_label",
-        "timeline",
-        "args_json",
-        "kwargs_json",
-        "result_json",
-        "error",
-        "traceback",
-        "shard",
-        "claim_entry",
-        "workers",
-    )
-
-    # -- permissions ------------------------------------------------------
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(
-        self, request: HttpRequest, obj: DelayedTask | None = None
-    ) -> bool:
-        return False
-
-    def has_delete_permission(
-        self, request: HttpRequest, obj: DelayedTask | None = None
-    ) -> bool:
-        return False
+    # -- permissions (the actions'; see ReadOnlyAdmin) ---------------------
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
-        return self._has_perm(request, "cancel")
+        return self.has_verb_permission(request, "cancel")
 
     def has_run_permission(self, request: HttpRequest) -> bool:
-        return self._has_perm(request, "run")
+        return self.has_verb_permission(request, "run")
 
     def has_retry_permission(self, request: HttpRequest) -> bool:
-        return self._has_perm(request, "retry")
-
-    def _has_perm(self, request: HttpRequest, verb: str) -> bool:
-        opts = self.opts
-        return request.user.has_perm(f"{opts.app_label}.{verb}_{opts.model_name}")
+        return self.has_verb_permission(request, "retry")
 
     # -- list ---------------------------------------------------------------
 
