@@ -473,9 +473,10 @@ def _limits() -> list[str]:
         "is Python building and validating each call (payload checks, ids, "
         "the model instance), about 40 microseconds per task.",
         "- **Redis bytes per task**: a sorted-set member costs Redis a "
-        "skiplist node and a hash-table entry whatever the member's size; our "
-        "16-byte members already cost less than the usual 36-character UUID "
-        "strings, and the cost stays flat as the backlog grows.",
+        "skiplist node and a hash-table entry whatever the member's size; "
+        "django-delayq's 16-byte members already cost less than the usual "
+        "36-character UUID strings, and the cost stays flat as the backlog "
+        "grows.",
         "",
     ]
 

@@ -19,6 +19,7 @@ from django_delayq.registry import Task
 
 PACKAGE = Path(__file__).resolve().parents[2] / "django_delayq"
 DOCS_CHECKS = PACKAGE.parent / "docs" / "reference" / "checks.md"
+CONTRIBUTING = PACKAGE.parent / "docs" / "contributing.md"
 
 
 def module_name(path: Path) -> str:
@@ -132,3 +133,17 @@ def test_every_check_id_is_defined_once_and_documented():
         and re.search(r"[\"']delayq\.[EW]\d{3}[\"']", path.read_text())
     }
     assert spelled == set()
+
+
+def test_the_contributors_page_lists_every_module():
+    listed = set(
+        re.findall(
+            r"^\| `(django_delayq/[\w/]+\.py)` \|", CONTRIBUTING.read_text(), re.M
+        )
+    )
+    present = {
+        str(path.relative_to(PACKAGE.parent))
+        for path in PACKAGE.rglob("*.py")
+        if "migrations" not in path.parts
+    }
+    assert listed == present
