@@ -286,6 +286,12 @@ class Worker:
         process itself."""
         return max(self.visibility_timeout / 3, 0.1)
 
+    @property
+    def _heartbeat_member(self) -> str:
+        """``<name>#<queue>,<queue>``: who is alive, and for which queues
+        (a worker that has read nothing yet has no consumer to tell)."""
+        return f"{self.name}#{','.join(q.name for q in self.queues)}"
+
     def _say_alive(self, client: Client, beat: float) -> None:
         """Renew this process's heartbeat in ``<prefix>:workers``; it lapses
         after three missed beats."""
@@ -293,7 +299,7 @@ class Worker:
             leases.beat(
                 client,
                 workers_key(get_settings().key_prefix),
-                self.name,
+                self._heartbeat_member,
                 int(beat * 3 * 1000),
                 prune=random.random() < 0.1,
             )
@@ -302,7 +308,9 @@ class Worker:
 
     def _say_gone(self, client: Client) -> None:
         try:
-            leases.leave(client, workers_key(get_settings().key_prefix), self.name)
+            leases.leave(
+                client, workers_key(get_settings().key_prefix), self._heartbeat_member
+            )
         except RedisUnavailable as exc:
             logger.debug("worker %s: heartbeat not removed: %s", self.name, exc)
 

@@ -204,7 +204,7 @@ def read_redis(now: datetime.datetime) -> RedisView:
         view.pending += state.pending
         view.dead += state.dead
     view.dispatchers = sorted(holders.values(), key=lambda d: d.token)
-    for name in alive - set(workers):  # up, and has read nothing yet
+    for name in set(alive) - set(workers):  # up, and has read nothing yet
         workers[name] = {"threads": set(), "shards": set(), "pending": 0, "idle": None}
     view.workers = [
         WorkerProcess(

@@ -131,15 +131,20 @@ def read_shards(
 
 
 @translated
-def live_workers(client: redis.Redis, prefix: str) -> set[str]:
+def live_workers(client: redis.Redis, prefix: str) -> dict[str, list[str]]:
     """The worker processes whose heartbeat (``<prefix>:workers``) has not
-    lapsed, by Redis' clock; one round trip."""
+    lapsed, by Redis' clock, each with the queues it serves; one round trip."""
     pipe = client.pipeline(transaction=False)
     pipe.time()
     pipe.zrangebyscore(workers_key(prefix), "-inf", "+inf", withscores=True)
     (seconds, micros), members = pipe.execute()
     now_ms = int(seconds) * 1000 + int(micros) // 1000
-    return {_text(name) for name, expiry in members if expiry > now_ms}
+    alive = {}
+    for member, expiry in members:
+        if expiry > now_ms:
+            name, _, queues = _text(member).partition("#")
+            alive[name] = [queue for queue in queues.split(",") if queue]
+    return alive
 
 
 @translated

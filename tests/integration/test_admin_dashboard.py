@@ -104,7 +104,7 @@ def test_the_dashboard_reads_due_sets_streams_leases_and_workers_from_redis(
     seconds, _ = redis_client.time()
     redis_client.zadd(
         "delayq:workers",
-        {"web-1:4242:abc123": seconds * 1000 + 60_000, "web-2:1:dead00": 1},
+        {"web-1:4242:abc123#default": seconds * 1000 + 60_000, "web-2:1:dead00": 1},
     )
 
     response = admin_client.get(reverse(DASHBOARD))
@@ -132,7 +132,11 @@ def test_a_worker_is_alive_by_its_own_heartbeat_and_flagged_without_one(
     thread.start()
     try:
         wait_until(
-            lambda: redis_client.zscore("delayq:workers", worker.name),
+            lambda: [
+                member
+                for member in redis_client.zrange("delayq:workers", 0, -1)
+                if member.decode() == f"{worker.name}#default,orders,reports"
+            ],
             "the worker's heartbeat",
         )
         # Alive by its heartbeat, whatever idle time Redis reports for its
@@ -143,7 +147,7 @@ def test_a_worker_is_alive_by_its_own_heartbeat_and_flagged_without_one(
     finally:
         worker.stop()
         thread.join(timeout=30)
-    assert not redis_client.zscore("delayq:workers", worker.name)  # it left
+    assert not redis_client.zrange("delayq:workers", 0, -1)  # it left
     # A consumer left by a worker that was killed holding a task: no
     # heartbeat any more.
     schedule(add, args=[1, 1])

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from django_delayq.management.lifecycle import option_errors
+from django_delayq.status import Report, collect
+
+
+class Command(BaseCommand):
+    help = (
+        "The health of django-delayq at a glance: backlogs per shard, overdue "
+        "tasks, the outbox, live dispatchers and workers. Exits 0 healthy, 1 "
+        "degraded, 2 down (for probes)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--json", action="store_true", help="Print the report as JSON."
+        )
+        parser.add_argument(
+            "--overdue",
+            type=float,
+            default=60.0,
+            metavar="SECONDS",
+            help="Tasks overdue, or outbox entries older, by more than this "
+            "make the status degraded (default 60).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        with option_errors():
+            if not 0 <= options["overdue"] <= 30 * 86400:  # refuses nan and inf
+                raise ValueError(
+                    f"--overdue must be from 0 to 2592000 seconds; got "
+                    f"{options['overdue']}."
+                )
+        report = collect(overdue_after=options["overdue"])
+        if options["json"]:
+            self.stdout.write(json.dumps(report.as_json(), indent=2))
+        else:
+            self.stdout.write(_text(report))
+        self.stdout.flush()
+        if report.level:
+            sys.exit(report.level)
+
+
+def _text(report: Report) -> str:
+    lines = [f"django-delayq: {report.state}"]
+    lines += [f"  - {problem}" for problem in report.problems]
+    tasks = ", ".join(f"{status} {n}" for status, n in sorted(report.tasks.items()))
+    lines.append(f"Database: {report.database}" + (f"; {tasks}" if tasks else ""))
+    lines.append(
+        f"Outbox: {report.outbox} entr{'y' if report.outbox == 1 else 'ies'}"
+        + (f", the oldest from {report.oldest_outbox}" if report.oldest_outbox else "")
+    )
+    lines.append(f"Redis: {report.redis}")
+    if report.shards:
+        header = (
+            "shard",
+            "due",
+            "next due",
+            "waiting",
+            "in flight",
+            "dead",
+            "dispatcher",
+        )
+        rows = [
+            (
+                s.shard,
+                str(s.due),
+                s.next_due or "-",
+                str(s.waiting),
+                str(s.in_flight),
+                str(s.dead),
+                s.dispatcher or "none",
+            )
+            for s in report.shards
+        ]
+        widths = [
+            max(len(row[i]) for row in [header, *rows]) for i in range(len(header))
+        ]
+        for row in [header, *rows]:
+            lines.append(
+                "  "
+                + "  ".join(
+                    cell.ljust(width) for cell, width in zip(row, widths, strict=True)
+                ).rstrip()
+            )
+    for token, shards in sorted(report.dispatchers.items()):
+        lines.append(f"Dispatcher {token}: {', '.join(shards)}")
+    for name, queues in sorted(report.workers.items()):
+        lines.append(f"Worker {name}: {', '.join(queues)}")
+    return "\n".join(lines)

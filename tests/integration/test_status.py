@@ -1,0 +1,115 @@
+"""``manage.py delayq_status``: what it reports, and its exit status for probes."""
+
+from __future__ import annotations
+
+import datetime
+import io
+import json
+import threading
+from collections.abc import Iterator
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from django_delayq import schedule
+from django_delayq.dispatcher import Dispatcher
+from django_delayq.models import DelayedTask, OutboxEntry
+from django_delayq.worker import Worker
+from tests.testapp.tasks import add
+from tools.servers import wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
+
+
+def status(*args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    try:
+        call_command("delayq_status", *args, stdout=out)
+    except SystemExit as exited:
+        return int(exited.code or 0), out.getvalue()
+    return 0, out.getvalue()
+
+
+@pytest.fixture
+def loops(redis_client) -> Iterator[tuple[Dispatcher, Worker]]:
+    """A dispatcher and a worker running, as in production."""
+    dispatcher, worker = Dispatcher(), Worker()
+    threads = [threading.Thread(target=loop.run) for loop in (dispatcher, worker)]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_until(lambda: status()[0] == 0, "dispatcher and worker up")
+        yield dispatcher, worker
+    finally:
+        dispatcher.stop()
+        worker.stop()
+        for thread in threads:
+            thread.join(timeout=30)
+
+
+def test_healthy_with_a_dispatcher_and_a_worker(loops):
+    dispatcher, worker = loops
+    code, text = status()
+    assert code == 0
+    lines = text.splitlines()
+    assert lines[0] == "django-delayq: healthy"
+    assert any(line.startswith("  shard ") and "dispatcher" in line for line in lines)
+    assert f"Dispatcher {dispatcher.token}: default:0, orders:0" in text
+    assert f"Worker {worker.name}: default, orders, reports" in text
+
+
+def test_json_for_scripts(loops):
+    code, text = status("--json")
+    report = json.loads(text)
+    assert (code, report["status"], report["problems"]) == (0, "healthy", [])
+    assert {shard["shard"] for shard in report["shards"]} == {
+        "default:0",
+        "orders:0",
+        "orders:1",
+        "orders:2",
+        "orders:3",
+        "reports:0",
+    }
+    assert all(shard["dispatcher"] for shard in report["shards"])
+
+
+def test_degraded_without_dispatcher_or_worker_and_with_old_work(redis_client):
+    late = timezone.now() - datetime.timedelta(minutes=5)
+    task = schedule(add, args=[1, 2], eta=late)
+    OutboxEntry.objects.create(
+        task_id=task.pk,
+        queue=task.queue,
+        shard=task.shard,
+        action=OutboxEntry.Action.SCHEDULE,
+        created_at=late,
+    )
+    code, text = status("--overdue", "60")
+    assert code == 1
+    assert text.startswith("django-delayq: degraded\n")
+    assert "1 task(s) overdue by more than 60 s" in text
+    assert "1 outbox entry older than 60 s" in text
+    assert "no dispatcher leases shard default:0 (is delayq_dispatch running?)" in text
+    assert "no live worker serves queue 'orders' (is delayq_worker running?)" in text
+    # A threshold past the task's lateness: only the missing loops remain.
+    code, text = status("--overdue", "3600")
+    assert code == 1
+    assert "overdue" not in text
+    assert "outbox entry older" not in text
+
+
+def test_down_when_redis_does_not_answer(private_redis):
+    private_redis.stop()
+    code, text = status("--json")
+    report = json.loads(text)
+    assert (code, report["status"]) == (2, "down")
+    assert report["redis"].startswith("unreachable: ConnectionError")
+    assert report["database"] == "reachable"
+    assert not DelayedTask.objects.exists()
+
+
+def test_a_bad_threshold_is_a_command_error():
+    from django.core.management import CommandError
+
+    with pytest.raises(CommandError, match="--overdue must be from 0 to 2592000"):
+        call_command("delayq_status", "--overdue", "nan")
