@@ -26,7 +26,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.text import capfirst
+from django.utils.text import Truncator, capfirst
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
@@ -352,6 +352,25 @@ def _confirmation(
         "select_across": request.POST.get("select_across", "0"),
         "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         "back_url": back,
+        **display.breadcrumbs(
+            model_admin.opts,
+            site,
+            *(
+                [
+                    (
+                        reverse(
+                            "admin:django_delayq_delayedtask_change",
+                            args=[task.pk],
+                            current_app=site,
+                        ),
+                        Truncator(str(task)).words(18),
+                    )
+                ]
+                if task is not None
+                else []
+            ),
+            (None, action.title),
+        ),
     }
     request.current_app = site
     return TemplateResponse(

@@ -139,6 +139,7 @@ def render(
         "chart": chart.per_minute(db.due_per_minute, db.chart_start),
         "changelist_url": changelist,
         "generated_at": display.timestamp(now),
+        **display.breadcrumbs(model_admin.opts, site, (None, _("Dashboard"))),
     }
     request.current_app = site
     return TemplateResponse(request, "admin/django_delayq/dashboard.html", context)

@@ -11,9 +11,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import django
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 
 from ..models import DelayedTask, Status
@@ -195,3 +198,24 @@ def timeline_html(task: DelayedTask, now: datetime.datetime) -> SafeString:
         rows,
         summary,
     )
+
+
+def breadcrumbs(opts: Any, site: str, *tail: tuple[str | None, Any]) -> dict[str, Any]:
+    """The context of ``includes/breadcrumbs.html``: Home, the app, the task
+    list, then ``tail`` (the current page last, with no url), in the markup
+    of the running Django's admin (a list from 6.0)."""
+    crumbs = [
+        (reverse("admin:index", current_app=site), _("Home")),
+        (
+            reverse(
+                "admin:app_list", kwargs={"app_label": opts.app_label}, current_app=site
+            ),
+            opts.app_config.verbose_name,
+        ),
+        (
+            reverse("admin:django_delayq_delayedtask_changelist", current_app=site),
+            capfirst(opts.verbose_name_plural),
+        ),
+        *tail,
+    ]
+    return {"crumbs": crumbs, "crumbs_as_list": django.VERSION >= (6, 0)}

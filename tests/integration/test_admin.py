@@ -501,3 +501,28 @@ def test_replaying_the_outbox_needs_its_permission(operator, private_redis):
     assert 'value="replay_outbox"' in replayer.get(reverse(OUTBOX)).content.decode()
     add_url = reverse("admin:django_delayq_outboxentry_add")
     assert replayer.get(add_url).status_code == 403
+
+
+def test_our_pages_draw_breadcrumbs_as_this_django_draws_its_own(
+    admin_client, redis_client
+):
+    task = schedule(add, args=[1, 2], delay=60)
+    own = admin_client.get(change_url(task)).content.decode()
+    # Django 6 writes a list, earlier versions links separated by &rsaquo;.
+    [container] = re.findall(r'<(ol|div) class="breadcrumbs">', own)
+    dashboard = admin_client.get(reverse("admin:django_delayq_dashboard"))
+    confirm = admin_client.post(
+        reverse("admin:django_delayq_delayedtask_cancel", args=[task.pk])
+    )
+    for page in (dashboard, confirm):
+        html_text = page.content.decode()
+        assert re.findall(r'<(ol|div) class="breadcrumbs">', html_text) == [container]
+        crumbs = html_text.split('class="breadcrumbs">')[1].split(f"</{container}>")[0]
+        labels = [
+            html.unescape(label.strip()) for label in re.findall(r">([^<>]+)<", crumbs)
+        ]
+        assert [label for label in labels if label not in ("", "\u203a")][:3] == [
+            "Home",
+            "Delayed tasks",
+            "Delayed tasks",
+        ]
