@@ -28,7 +28,11 @@ from .conf import get_settings
 from .dispatch_stats import DispatchStats
 from .exceptions import RedisUnavailable
 from .leases import Leases, Shard
-from .ownership import OWNER_CHECK_INTERVAL, check_prefix
+from .ownership import (
+    OWNER_CHECK_INTERVAL,
+    OWNER_RETRY_INTERVAL,
+    check_prefix_if_reachable,
+)
 from .store import index, wake_lists
 from .store.connection import Client, get_client
 from .store.keys import dispatchers_key, shard_keys
@@ -121,8 +125,10 @@ class Dispatcher:
                         # Before any move, and now and then after (Redis may
                         # have restarted empty and been claimed by another
                         # project since); see django_delayq.ownership.
-                        check_prefix()
-                        next_owner_check = now + OWNER_CHECK_INTERVAL
+                        checked = check_prefix_if_reachable()
+                        next_owner_check = now + (
+                            OWNER_CHECK_INTERVAL if checked else OWNER_RETRY_INTERVAL
+                        )
                     if now >= next_leases:
                         if self.leases.keep(client):
                             self._listener.nudge(client)

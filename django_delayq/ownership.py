@@ -7,7 +7,9 @@ dead-letters the other's tasks. Nothing in Redis alone can tell them apart,
 so the prefix is claimed: ``<prefix>:owner`` holds the fingerprint of the
 database whose rows it indexes, written by the first loop (dispatcher,
 worker, sweeper) or ``manage.py check --database`` / ``migrate`` to find
-it missing, and every other one refuses to run (``delayq.E014``).
+it missing, and every other one refuses to run (``delayq.E014``). A loop
+that cannot reach the key (its Redis Cluster node is failing over) goes on
+and checks again soon: see :func:`check_prefix_if_reachable`.
 
 The fingerprint is a hash of when django-delayq's first migration was
 applied to that database, as ``django_migrations`` records it: the same for
@@ -28,7 +30,7 @@ from django.db.migrations.recorder import MigrationRecorder
 
 from . import check_ids
 from .conf import get_settings
-from .exceptions import KeyPrefixInUse
+from .exceptions import KeyPrefixInUse, RedisUnavailable
 from .models import DelayedTask
 from .store.connection import get_client
 from .store.ownership import claim_prefix, owner_key
@@ -38,6 +40,8 @@ logger = logging.getLogger(__name__)
 #: How often a running dispatcher checks the claim again, in seconds (the
 #: sweeper does at every pass, a worker before it dead-letters an unknown id).
 OWNER_CHECK_INTERVAL = 60.0
+#: How soon after a check that could not reach Redis it is tried again.
+OWNER_RETRY_INTERVAL = 5.0
 
 _fingerprints: dict[str, str | None] = {}
 
@@ -88,3 +92,20 @@ def check_prefix() -> None:
         )
         logger.error("%s", error)
         raise error
+
+
+def check_prefix_if_reachable() -> bool:
+    """:func:`check_prefix`, for the loops: True if it could be checked.
+
+    On a Redis Cluster the owner key lives on one node; while that node
+    fails over, the shards of the other nodes must go on, so a loop that
+    cannot reach the key checks again later instead of stopping (on one
+    Redis its next command fails anyway). Another project's claim still
+    raises :class:`KeyPrefixInUse`.
+    """
+    try:
+        check_prefix()
+    except RedisUnavailable as exc:
+        logger.debug("KEY_PREFIX owner not checked: %s", exc)
+        return False
+    return True

@@ -109,18 +109,25 @@ def claim_due(
     return list(DelayedTask.objects.using(using).raw(sql, params))
 
 
+#: The columns a claim reads or writes, in the order the claim SQL unpacks.
+_CLAIM_COLUMNS = (
+    "status",
+    "attempts",
+    "started_at",
+    "claim_entry",
+    "id",
+    "run_at",
+    "worker_ids",
+)
+
+
+def _columns(connection: Any, names: Sequence[str]) -> list[str]:
+    return [column(name, connection) for name in names]
+
+
 def _claim_sql(connection: Any, n: int) -> str:
-    status, attempts, started_at, claim_entry, pk, run_at, workers = (
-        column(name, connection)
-        for name in (
-            "status",
-            "attempts",
-            "started_at",
-            "claim_entry",
-            "id",
-            "run_at",
-            "worker_ids",
-        )
+    status, attempts, started_at, claim_entry, pk, run_at, workers = _columns(
+        connection, _CLAIM_COLUMNS
     )
     returning = _returning(connection)
     entries = " ".join(["WHEN %s THEN %s"] * n)
@@ -144,17 +151,8 @@ def _returning(connection: Any, alias: str = "") -> str:
 
 
 def _claim_sql_pg(connection: Any) -> str:
-    status, attempts, started_at, claim_entry, pk, run_at, workers = (
-        column(name, connection)
-        for name in (
-            "status",
-            "attempts",
-            "started_at",
-            "claim_entry",
-            "id",
-            "run_at",
-            "worker_ids",
-        )
+    status, attempts, started_at, claim_entry, pk, run_at, workers = _columns(
+        connection, _CLAIM_COLUMNS
     )
     # Two entries may deliver one task: the row is updated once, with one of
     # them, and the caller reads which from the returned claim_entry.

@@ -47,7 +47,7 @@ from .exceptions import RedisUnavailable
 from .execution import fail
 from .models import DelayedTask, OutboxEntry, Status
 from .outbox import entry_of, index_after_commit, replay_outbox
-from .ownership import check_prefix
+from .ownership import check_prefix_if_reachable
 from .store import broken, index, inspect, leases
 from .store.connection import Client, get_client
 from .store.errors import error_text
@@ -189,7 +189,7 @@ class Sweeper:
         try:
             # Every pass: a ghost is a due entry with no row, and another
             # project's entries all look like ghosts (django_delayq.ownership).
-            check_prefix()
+            check_prefix_if_reachable()
             result.replayed = self._replay(now)
             self._reconcile(client, now, result)
             self._prune(now, result)

@@ -36,7 +36,7 @@ from .dbconn import recycle_connections
 from .exceptions import RedisUnavailable, WorkerStuck
 from .group_commit import DEFAULT_BUDGET, DEFAULT_MAX_SIZE, Pacer
 from .inflight import InFlight
-from .ownership import check_prefix
+from .ownership import check_prefix_if_reachable
 from .quota import Quota
 from .readers import StreamReaders, read_now
 from .reclaim import Reclaimer
@@ -203,7 +203,7 @@ class Worker:
             thread.start()
         if self._readers is not None and not once:
             self._readers.start()
-        stuck = self._watch(client, threads)
+        stuck = self._watch(client, threads, announce=not once)
         consumers = [f"{self.name}-{n}" for n in range(self.concurrency)]
         if self._readers is not None:
             self._readers.join()
@@ -233,9 +233,12 @@ class Worker:
         board.announce(self.name)
         self.watchdog.board = board
 
-    def _watch(self, client: Client, threads: list[threading.Thread]) -> int:
-        """Heartbeat and enforce time limits until the threads end; return
-        how many tasks were stuck past their limit."""
+    def _watch(
+        self, client: Client, threads: list[threading.Thread], *, announce: bool
+    ) -> int:
+        """Heartbeat (the entries in flight, and with ``announce`` the process
+        itself) and enforce time limits until the threads end; return how
+        many tasks were stuck past their limit."""
         # The main thread keeps the heartbeat going, also while a graceful
         # stop lets the tasks in flight finish.
         beat = self._beat_seconds
@@ -252,7 +255,8 @@ class Worker:
                     self.stop()
             if time.monotonic() >= next_beat:
                 self._in_flight.beat(client, self.name)
-                self._say_alive(client, beat)
+                if announce:
+                    self._say_alive(client, beat)
                 next_beat = time.monotonic() + beat
         return len(given_up)
 
@@ -263,7 +267,7 @@ class Worker:
         failures = 0
         while not self._stopping.is_set():
             try:
-                check_prefix()
+                check_prefix_if_reachable()
                 streams.ensure_groups(client, self.streams)
                 return True
             except RedisUnavailable as exc:

@@ -25,6 +25,7 @@ import atexit
 import contextlib
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -60,16 +61,32 @@ class ServerError(RuntimeError):
     """A server could not be found, started or stopped."""
 
 
+#: Where :func:`free_port` looks: below Linux's ephemeral range (32768-60999
+#: by default), from which the kernel picks the local port of every outgoing
+#: connection. A port from that range, given up by a server the tests stop
+#: and start again (a killed Redis, a cluster node and its bus port), can be
+#: taken by a client's connection meanwhile, and the restart then fails.
+_PORTS = range(10_000, 32_768)
+
+
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that is free right now.
 
     Another process may take it before the caller binds it; the servers below
     pick a fresh port when that happens on their first start.
     """
+    for _ in range(200):
+        port = random.choice(_PORTS)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((LOOPBACK, port))
+            except OSError:
+                continue  # in use, or still in TIME_WAIT
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port
+        fallback: int = sock.getsockname()[1]
+        return fallback
 
 
 def wait_until(
