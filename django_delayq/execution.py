@@ -290,8 +290,6 @@ def record_failure(
     attempt = row.attempts
     error = f"{type(exc).__name__}: {exc}" if error is None else error
     trace = traceback.format_exc() if trace is None else trace
-    # Clipped here too, so the log line and signal carry what the row keeps.
-    error, trace = transitions.clipped_failure(error, trace)
     if attempt >= row.max_attempts:
         failed = fail(row, attempt, error, trace, expect=Status.RUNNING)
         return Verdict.FAILED if failed else Verdict.FENCED
@@ -300,6 +298,7 @@ def record_failure(
     with transaction.atomic(using=db, savepoint=False):
         if not transitions.retry_later(row, attempt, run_at, error, trace, db):
             return Verdict.FENCED
+        error = row.last_error  # as the row keeps it (clipped), for the report
         # The retry goes through the same due-set as any delayed task.
         index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
 
@@ -323,6 +322,8 @@ def fail(
     db = write_db()
     if not transitions.fail(row, attempt, error, trace, expect=expect, using=db):
         return False
+    # As the row keeps them (clipped), for the log line and the signal.
+    error, trace = row.last_error, row.last_traceback
 
     def report() -> None:
         log_event(logging.ERROR, "failed", row, trace=trace, error=repr(error))

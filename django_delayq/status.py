@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from django.db import DatabaseError, router
-from django.db.models import Count, Min
+from django.db.models import Count, Min, Q
 from django.utils import timezone
 
 from .conf import get_settings
@@ -99,10 +99,11 @@ def _read_database(
         outbox = (
             OutboxEntry.objects.using(db)
             .order_by()
-            .aggregate(n=Count("pk"), oldest=Min("created_at"))
-        )
-        stale_outbox = (
-            OutboxEntry.objects.using(db).filter(created_at__lt=now - threshold).count()
+            .aggregate(
+                n=Count("pk"),
+                oldest=Min("created_at"),
+                stale=Count("pk", filter=Q(created_at__lt=now - threshold)),
+            )
         )
     except DatabaseError as exc:
         report.database = f"unreachable: {type(exc).__name__}: {exc}"
@@ -118,6 +119,7 @@ def _read_database(
             f"{report.overdue} task(s) overdue by more than {seconds} s "
             f"(the oldest was due at {report.oldest_overdue})",
         )
+    stale_outbox = outbox["stale"]
     if stale_outbox:
         report.flag(
             DEGRADED,

@@ -218,7 +218,7 @@ def retry_later(
     False if the attempt was fenced (nothing written). The caller indexes
     the row again after commit.
     """
-    error, trace = clipped_failure(error, trace)
+    error, trace = _clipped_failure(error, trace)
     updated = (
         DelayedTask.objects.using(using)
         .filter(**_fence(row, attempt), status=Status.RUNNING)
@@ -246,7 +246,7 @@ def fail(
     using: str,
 ) -> bool:
     """Mark the task failed, fenced on ``expect`` status and the attempt."""
-    error, trace = clipped_failure(error, trace)
+    error, trace = _clipped_failure(error, trace)
     now = timezone.now()
     updated = (
         DelayedTask.objects.using(using)
@@ -334,7 +334,7 @@ def restart(rows: QuerySet[DelayedTask], run_at: datetime.datetime) -> int:
     )
 
 
-def clipped_failure(error: str, trace: str) -> tuple[str, str]:
+def _clipped_failure(error: str, trace: str) -> tuple[str, str]:
     """An attempt's error and traceback at the sizes a row keeps."""
     return clipped(error, MAX_ERROR_CHARS), clipped(trace, MAX_TRACEBACK_CHARS)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from .broken import replace_wrong_types
+import redis
+
+from .broken import is_wrong_type, replace_wrong_types
 from .connection import Client
 from .errors import translated
 
@@ -20,13 +22,17 @@ def claim_prefix(client: Client, prefix: str, fingerprint: str) -> str:
     a Redis Cluster serves from that key's node.
     """
     key = owner_key(prefix)
-    # Not a fingerprint at all (a list set by hand?): logged, deleted, and
-    # claimed below, rather than failing every loop with WRONGTYPE.
-    replace_wrong_types(client, {key: "string"})
     pipe = client.pipeline(transaction=False)
     pipe.set(key, fingerprint, nx=True)
     pipe.get(key)
-    _, owner = pipe.execute()
+    _, owner = pipe.execute(raise_on_error=False)
+    if isinstance(owner, redis.ResponseError) and is_wrong_type(owner):
+        # Not a fingerprint at all (a list set by hand?): logged, deleted,
+        # and claimed, rather than failing every loop with WRONGTYPE.
+        replace_wrong_types(client, {key: "string"})
+        return claim_prefix(client, prefix, fingerprint)
+    if isinstance(owner, Exception):
+        raise owner
     if owner is None:  # deleted between the two commands: ours to take again
         return fingerprint
     return owner.decode() if isinstance(owner, bytes) else str(owner)
