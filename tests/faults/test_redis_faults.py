@@ -172,25 +172,39 @@ def test_redis_restored_from_an_older_snapshot(make_rig: Callable[..., Rig]) -> 
     procs = start_all(rig)
     sweeper = procs[0]
     batch = schedule_records("early", 20, delay=lambda i: i * 0.02)
-    batch += schedule_records("slow", 2, seconds=2.5, rollback_every=0)
+    # The snapshot is taken once the early tasks are done and while the slow
+    # ones run. Each is waited for on its own: a slow task claimed in one
+    # group with early ones would hold their commit (and, on SQLite, every
+    # other worker's writes) for its whole run, so the slow ones are
+    # scheduled only once the early ones are done.
+    wait_for(
+        lambda: Ledger.objects.filter(key__startswith="early-").count() == 20,
+        30,
+        "early tasks done",
+    )
+    batch += schedule_records("slow", 2, seconds=3.0, rollback_every=0)
     batch += schedule_records(
-        "ghost", 40, delay=lambda i: 3.0 + i * 0.01, rollback_every=0
+        "ghost", 40, delay=lambda i: 4.0 + i * 0.01, rollback_every=0
     )
     slow = [batch.committed["slow-0"], batch.committed["slow-1"]]
-
-    def early_done_and_slow_running() -> bool:
-        done = Ledger.objects.filter(key__startswith="early-").count() == 20
-        running = DelayedTask.objects.filter(
-            pk__in=[t.pk for t in slow], status=Status.RUNNING
-        ).count()
-        return done and running == 2
-
-    wait_for(early_done_and_slow_running, 30, "early tasks done, slow ones running")
+    wait_for(
+        lambda: (
+            DelayedTask.objects.filter(
+                pk__in=[t.pk for t in slow], status=Status.RUNNING
+            ).count()
+            == 2
+        ),
+        10,
+        "slow tasks running",
+    )
+    assert not Ledger.objects.filter(key__startswith="ghost-").exists(), (
+        "ghosts ran before the snapshot: the machine is too slow for this scenario"
+    )
     rig.client.save()
     cancelled = {f"ghost-{i}" for i in range(0, 40, 4)}
     for key in cancelled:
         assert cancel(batch.committed[key])
-    late = schedule_records("missing", 20, delay=lambda i: 4.0 + i * 0.01)
+    late = schedule_records("missing", 20, delay=lambda i: 5.0 + i * 0.01)
     batch += late
 
     ghosts = {k for k in batch.committed if k.startswith(("ghost-", "slow-"))}
