@@ -36,23 +36,23 @@ import threading
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, fields
 
-from django.db import DatabaseError, router, transaction
+from django.db import DatabaseError, router
 from django.utils import timezone
 
-from . import transitions
 from .conf import get_settings
 from .exceptions import RedisUnavailable
-from .execution import fail
-from .models import DelayedTask, OutboxEntry, Status
-from .outbox import entry_of, index_after_commit, replay_outbox
+from .models import DelayedTask, Status
+from .outbox import replay_outbox
 from .ownership import check_prefix_if_reachable
-from .store import broken, index, inspect, leases
+from .shard_repair import repair_shard
+from .store import leases
 from .store.connection import Client, get_client
 from .store.errors import error_text
-from .store.keys import shard_keys, sweeper_lock_key
-from .timing import to_score
+from .store.keys import sweeper_lock_key
+from .sweep_result import SweepResult
+
+__all__ = ["BATCH", "LOCK_MS", "SweepResult", "Sweeper"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,48 +67,6 @@ LOCK_MS = 10_000
 
 class _LockLost(Exception):
     pass
-
-
-@dataclass
-class SweepResult:
-    replayed: int = 0
-    reindexed: int = 0
-    removed: int = 0
-    corrected: int = 0
-    recovered: int = 0
-    failed: int = 0
-    pruned: int = 0
-    #: keys of a shard that held another type (set by hand?), deleted
-    replaced: int = 0
-    #: shards left for a later pass because their Redis did not answer (a
-    #: Redis Cluster node failing over; on one Redis the pass fails instead)
-    unreachable: int = 0
-    skipped: bool = False  # another sweeper held the lock
-    #: when the most overdue of the reindexed tasks was due
-    oldest_lost: datetime.datetime | None = None
-
-    def __str__(self) -> str:
-        if self.skipped:
-            return "skipped: another sweeper is running a pass"
-        text = ", ".join(
-            f"{f.name} {getattr(self, f.name)}"
-            for f in fields(self)
-            if f.type in (int, "int")
-        )
-        if self.oldest_lost is not None:
-            due = self.oldest_lost.isoformat(sep=" ", timespec="milliseconds")
-            text += f" (the oldest reindexed task was due at {due})"
-        return text
-
-    @property
-    def repaired(self) -> int:
-        return (
-            self.reindexed
-            + self.removed
-            + self.corrected
-            + self.recovered
-            + self.replaced
-        )
 
 
 class Sweeper:
@@ -257,7 +215,9 @@ class Sweeper:
         for queue, shard in sorted(shards):
             self._renew_lock()
             try:
-                self._reconcile_shard(
+                repair_shard(
+                    self.db,
+                    self.settings.key_prefix,
                     client,
                     queue,
                     shard,
@@ -283,147 +243,12 @@ class Sweeper:
         if error is not None and not answered:
             raise error  # no node answered: the pass failed as a whole
 
-    def _reconcile_shard(
-        self,
-        client: Client,
-        queue: str,
-        shard: int,
-        rows: list[DelayedTask],
-        running: list[DelayedTask],
-        now: datetime.datetime,
-        horizon: datetime.datetime,
-        result: SweepResult,
-    ) -> None:
-        """Reconcile one shard's rows with its due-set and ready stream.
-
-        On a Redis Cluster each shard is one slot, so a node that fails
-        fails its shards only; the caller goes on with the others.
-        """
-        keys = shard_keys(self.settings.key_prefix, queue, shard)
-        # A key of another type (set by hand?) fails every command on it:
-        # replace it first, and what it indexed is indexed again below.
-        result.replaced += broken.replace_wrong_types(
-            client,
-            {
-                keys.due: "zset",
-                keys.ready: "stream",
-                keys.wake: "list",
-                keys.dead: "stream",
-            },
-        )
-        scores = inspect.due_scores(client, keys.due, [row.pk for row in rows])
-        in_stream = inspect.stream_task_ids(client, keys.ready)
-        lost = [
-            row for row in rows if scores[row.pk] is None and row.pk not in in_stream
-        ]
-        wrong = [
-            row
-            for row in rows
-            if scores[row.pk] is not None and scores[row.pk] != to_score(row.run_at)
-        ]
-        unchanged = self._unchanged(lost + wrong)
-        lost = [row for row in lost if row.pk in unchanged]
-        wrong = [row for row in wrong if row.pk in unchanged]
-        if lost or wrong:
-            index.add([entry_of(row) for row in lost + wrong], client)
-            result.reindexed += len(lost)
-            result.corrected += len(wrong)
-            if lost and (
-                result.oldest_lost is None or lost[0].run_at < result.oldest_lost
-            ):
-                result.oldest_lost = lost[0].run_at
-            for row in lost:
-                logger.debug(
-                    "sweep: task %s was missing from Redis; indexed again", row.pk
-                )
-        result.removed += self._remove_ghosts(client, keys.due, queue, shard, horizon)
-        for row in running:
-            if row.pk not in in_stream:
-                self._recover(row, now, result)
-
-    def _unchanged(self, rows: list[DelayedTask]) -> set[uuid.UUID]:
-        """Those of ``rows`` still scheduled as read (same due time, same
-        attempt), read again now that Redis has been read.
-
-        A task that finished, was retried or rescheduled between the reads
-        left Redis by its own path and is indexed by its own write (or the
-        outbox); repairing it would be a false alarm, or put back a stale
-        due time.
-        """
-        if not rows:
-            return set()
-        now = {
-            pk: (run_at, attempts)
-            for pk, run_at, attempts in DelayedTask.objects.using(self.db)
-            .filter(pk__in=[row.pk for row in rows], status=Status.SCHEDULED)
-            .values_list("pk", "run_at", "attempts")
-        }
-        return {row.pk for row in rows if now.get(row.pk) == (row.run_at, row.attempts)}
-
     def _configured_shards(self) -> set[tuple[str, int]]:
         return {
             (queue.name, number)
             for queue in self.settings.queues.values()
             for number in range(queue.shards)
         }
-
-    def _remove_ghosts(
-        self,
-        client: Client,
-        due: str,
-        queue: str,
-        shard: int,
-        horizon: datetime.datetime,
-    ) -> int:
-        """Remove members in the window whose row is not scheduled (or is gone)."""
-        removed = 0
-        for page in inspect.due_members(client, due, to_score(horizon)):
-            ids = [task_id for task_id, _, _ in page if task_id is not None]
-            still = set(
-                DelayedTask.objects.using(self.db)
-                .filter(pk__in=ids, status=Status.SCHEDULED)
-                .values_list("pk", flat=True)
-            )
-            ghosts = [member for task_id, member, _ in page if task_id not in still]
-            if ghosts:
-                # A row scheduled again meanwhile is re-added by its own
-                # on-commit write, or by the next pass.
-                removed += index.remove_members(client, due, ghosts)
-        return removed
-
-    def _recover(
-        self, row: DelayedTask, now: datetime.datetime, result: SweepResult
-    ) -> None:
-        """A running row whose worker and stream entry are both gone."""
-        db = self.db
-        if transitions.claimed_in_batch(row):
-            # Claimed in a batch whose worker is gone: nothing says it ever
-            # started, so it goes back uncounted (see transitions).
-            with transaction.atomic(using=db):
-                handed = transitions.hand_back([row], db)
-                index_after_commit(handed, OutboxEntry.Action.RESCHEDULE, db)
-            if handed:
-                result.recovered += 1
-                logger.warning(
-                    "sweep: task %s was claimed in a batch whose worker is gone "
-                    "(no stream entry left); scheduled again, uncounted",
-                    row.pk,
-                )
-            return
-        error = (
-            f"worker lost during attempt {row.attempts} of {row.max_attempts} "
-            f"(no stream entry left)"
-        )
-        if row.attempts >= row.max_attempts:
-            # Logged and signalled like any failure.
-            if fail(row, row.attempts, error, "", expect=Status.RUNNING):
-                result.failed += 1
-            return
-        with transaction.atomic(using=db):
-            if transitions.recover(row, now, error, db):
-                index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
-                result.recovered += 1
-                logger.warning("sweep: task %s: %s; scheduled again", row.pk, error)
 
     # -- 5. prune ---------------------------------------------------------------
 

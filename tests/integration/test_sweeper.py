@@ -11,11 +11,11 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from django_delayq import cancel, reschedule, schedule, transitions
-from django_delayq import sweeper as sweeper_module
 from django_delayq.dispatcher import Dispatcher
 from django_delayq.models import DelayedTask, OutboxEntry, Status
 from django_delayq.signals import task_failed
 from django_delayq.store import connection, streams
+from django_delayq.store import inspect as store_inspect
 from django_delayq.store.keys import shard_keys
 from django_delayq.sweeper import Sweeper
 from django_delayq.worker import Worker
@@ -60,7 +60,7 @@ def test_lost_tasks_go_back_oldest_first_and_the_pass_line_says_so(redis_client)
 def _between_the_reads(monkeypatch, change) -> None:
     """Run ``change`` after the sweeper read the rows, before it reads Redis:
     what a worker or a user may do at that moment."""
-    real = sweeper_module.inspect.due_scores
+    real = store_inspect.due_scores
     done: list[bool] = []
 
     def due_scores(*args, **kwargs):
@@ -69,7 +69,7 @@ def _between_the_reads(monkeypatch, change) -> None:
             change()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(sweeper_module.inspect, "due_scores", due_scores)
+    monkeypatch.setattr(store_inspect, "due_scores", due_scores)
 
 
 def test_a_task_that_ran_to_its_end_between_the_reads_is_no_repair(

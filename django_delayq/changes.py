@@ -1,0 +1,218 @@
+"""``cancel()``, ``reschedule()`` and ``retry()``: changes to a task that
+exists.
+
+Each writes first, fenced on the row's status (a worker that claimed the
+row first wins), in the caller's transaction, and touches Redis only after
+the commit, as ``schedule()`` does. Refusals are raised after the
+``atomic()`` block, so the caller's transaction stays usable.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from . import signals, transitions
+from .exceptions import DuplicateTask, InvalidArgument, InvalidTaskState, TaskNotFound
+from .lookups import Lookup, current, matching, parse_lookup, write_alias, written
+from .models import ACTIVE_STATUSES, DelayedTask, OutboxEntry, Status
+from .outbox import index_after_commit, unindex_after_commit
+from .timing import resolve_run_at
+
+
+def cancel(
+    task_or_id: DelayedTask | uuid.UUID | str | None = None,
+    *,
+    key: str | None = None,
+    using: str | None = None,
+) -> bool:
+    """Cancel a scheduled task, by task, id or dedupe key.
+
+    :returns: ``True`` if this call cancelled it; ``False`` if there is no
+        such task or it is no longer scheduled (running, finished or already
+        cancelled). A running task is not interrupted.
+    """
+    lookup = parse_lookup(task_or_id, key)
+    db = write_alias(using)
+    # savepoint=False: no extra SAVEPOINT round trips inside the caller's
+    # transaction. Nothing below raises on purpose (a raise through this block
+    # would mark the caller's transaction for rollback).
+    now = timezone.now()
+    with transaction.atomic(using=db, savepoint=False):
+        # Write first, fenced on status (a worker that claimed the row first
+        # wins), then read what was written. Reading first and then writing
+        # would fail at once on SQLite ("database is locked") whenever
+        # another process wrote in between; the UPDATE instead waits for
+        # the lock like any write.
+        if not transitions.cancel(matching(lookup, db), now):
+            return False
+        row = written(lookup, db, status=Status.CANCELLED, finished_at=now)
+        unindex_after_commit([row], OutboxEntry.Action.CANCEL, db)
+        row.status, row.finished_at = Status.CANCELLED, now
+        signals.send_on_commit(signals.task_cancelled, [row], db)
+    if isinstance(task_or_id, DelayedTask):
+        task_or_id.status = Status.CANCELLED
+        task_or_id.finished_at = now
+    return True
+
+
+def reschedule(
+    task_or_id: DelayedTask | uuid.UUID | str | None = None,
+    *,
+    key: str | None = None,
+    delay: float | datetime.timedelta | None = None,
+    eta: datetime.datetime | None = None,
+    using: str | None = None,
+) -> DelayedTask:
+    """Move a scheduled task to a new time (``delay``, ``eta``, or now).
+
+    :raises TaskNotFound: no task has this id, or no scheduled or running
+        task holds this key.
+    :raises InvalidTaskState: the task is running, finished or cancelled.
+    :returns: the updated row.
+    """
+    run_at = resolve_run_at(delay, eta)
+    lookup = parse_lookup(task_or_id, key)
+    db = write_alias(using)
+    raise_state = ""
+    with transaction.atomic(using=db, savepoint=False):
+        # Write first (see cancel()), then read what was written.
+        if transitions.move(matching(lookup, db), run_at):
+            row: DelayedTask | None = written(
+                lookup, db, status=Status.SCHEDULED, run_at=run_at
+            )
+            assert row is not None
+            index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
+        else:
+            row = current(lookup, db)
+            if row is not None and row.status == Status.SCHEDULED:
+                # It was running a moment ago and a retry made it scheduled
+                # again in between: report that rather than guess.
+                raise_state = f"Task {row.pk} changed state meanwhile; try again."
+                row = None
+    # Raised only after the block, so the caller's transaction stays usable.
+    if row is None and raise_state:
+        raise InvalidTaskState(raise_state)
+    if row is None:
+        raise TaskNotFound(
+            f"No scheduled task with {lookup}; finished and "
+            f"cancelled tasks cannot be rescheduled, schedule() a new one."
+        )
+    if row.status != Status.SCHEDULED:
+        raise InvalidTaskState(
+            f"Task {row.pk} is {row.status}; only scheduled tasks can be rescheduled."
+        )
+    if isinstance(task_or_id, DelayedTask):
+        task_or_id.run_at = run_at
+    return row
+
+
+def retry(
+    task_or_id: DelayedTask | uuid.UUID | str,
+    *,
+    delay: float | datetime.timedelta | None = None,
+    eta: datetime.datetime | None = None,
+    using: str | None = None,
+) -> DelayedTask:
+    """Schedule a failed task again, with a fresh set of attempts.
+
+    The task keeps its id, name, queue, arguments and dedupe key. It becomes
+    ``scheduled`` again, due after ``delay`` or at ``eta`` (given as in
+    :func:`schedule`; with neither it runs as soon as possible), with
+    ``attempts`` back at 0, so that it gets ``max_attempts`` more runs, and
+    ``finished_at`` cleared. ``last_error`` and ``last_traceback`` are kept
+    until its next run replaces them (a success clears them).
+
+    Transactional like :func:`reschedule`: the row is written in the
+    caller's transaction (or its own, in autocommit), and after the commit
+    the task is indexed in Redis and ``task_scheduled`` is sent.
+
+    :param task_or_id: the task, its id, or the id as a string.
+    :raises TaskNotFound: no task has this id.
+    :raises InvalidTaskState: the task is not ``failed``.
+    :raises DuplicateTask: the task has a dedupe key, and another scheduled
+        or running task holds that key now.
+    :returns: the updated row.
+    """
+    if task_or_id is None:
+        raise InvalidArgument("retry() needs the task to retry, or its id.")
+    run_at = resolve_run_at(delay, eta)
+    lookup = parse_lookup(task_or_id, None)
+    db = write_alias(using)
+    row: DelayedTask | None = None
+    refusal: Exception | None = None
+    # savepoint=False as in cancel(): nothing raises through this block, so
+    # the caller's transaction stays usable whatever the outcome.
+    with transaction.atomic(using=db, savepoint=False):
+        try:
+            # Write first (see cancel()), fenced on status. The UPDATE has a
+            # savepoint of its own: taking back a key that another active
+            # task holds now violates the active-key index, and only the
+            # savepoint is rolled back then, not the caller's transaction.
+            with transaction.atomic(using=db):
+                updated = transitions.restart(matching(lookup, db), run_at)
+        except IntegrityError:
+            updated = 0
+            refusal = _retry_key_clash(lookup, db)
+        if updated:
+            row = written(lookup, db, status=Status.SCHEDULED, run_at=run_at)
+            index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
+            signals.send_on_commit(signals.task_scheduled, [row], db)
+        elif refusal is None:
+            row = current(lookup, db)
+            if row is not None:
+                refusal = _retry_refusal(row)
+    # Raised only after the block, so the caller's transaction stays usable.
+    if refusal is not None:
+        raise refusal
+    if row is None:
+        raise TaskNotFound(f"No task with {lookup}; there is nothing to retry.")
+    if isinstance(task_or_id, DelayedTask):
+        task_or_id.status, task_or_id.run_at = Status.SCHEDULED, run_at
+        task_or_id.attempts, task_or_id.finished_at = 0, None
+    return row
+
+
+def _retry_refusal(row: DelayedTask) -> InvalidTaskState:
+    """Say why ``row`` (not failed when the UPDATE ran) cannot be retried."""
+    if row.status == Status.FAILED:
+        # It was running a moment ago and has failed in between.
+        return InvalidTaskState(f"Task {row.pk} changed state meanwhile; try again.")
+    advice = {
+        Status.SCHEDULED: "it will run anyway; reschedule() moves it",
+        Status.RUNNING: "it is running now",
+        Status.SUCCEEDED: "schedule() a new task to run it again",
+        Status.CANCELLED: "schedule() a new task to run it again",
+    }.get(Status(row.status), "")
+    return InvalidTaskState(
+        f"Task {row.pk} is {row.status}; only failed tasks can be retried ({advice})."
+    )
+
+
+def _retry_key_clash(lookup: Lookup, db: str) -> DuplicateTask:
+    """Describe the active task that holds the failed task's key now."""
+    row = current(lookup, db)
+    key = "" if row is None or row.key is None else row.key
+    holder = (
+        DelayedTask.objects.using(db)
+        .filter(key=key, status__in=ACTIVE_STATUSES)
+        .only("id", "status")
+        .first()
+    )
+    if holder is None:
+        # The holder finished between the UPDATE and this read.
+        return DuplicateTask(
+            f"Task {lookup.task_id} cannot be retried yet: key={key!r} was "
+            f"held by another active task a moment ago; try again.",
+            key=key,
+        )
+    return DuplicateTask(
+        f"Task {lookup.task_id} cannot be retried: its key={key!r} is held by "
+        f"{holder.status} task {holder.pk}. Cancel that task, or wait until "
+        f"it finishes, then retry.",
+        key=key,
+        existing_id=holder.pk,
+    )

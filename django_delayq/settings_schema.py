@@ -1,0 +1,82 @@
+"""What ``DELAYQ`` holds: its keys and defaults, the limits of its values,
+and the :class:`Problem` its validators report.
+
+A leaf module (it imports nothing of the package), so that the settings
+parser, its validators and the code that needs a limit can all use it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_QUEUE = "default"
+
+#: Every key ``DELAYQ`` understands, with its default.
+DEFAULTS: dict[str, Any] = {
+    "REDIS_URL": None,
+    "CACHE_ALIAS": None,
+    "REDIS_SENTINEL": None,
+    "REDIS_CLUSTER": False,
+    "KEY_PREFIX": "delayq",
+    "QUEUES": {},
+    "MAX_PAYLOAD_BYTES": 64 * 1024,
+    "MAX_RESULT_BYTES": 64 * 1024,
+    "MAX_ATTEMPTS": 3,
+    "REDIS_TIMEOUT": 0.25,
+    "RETRY_BACKOFF": 2.0,
+    "RETRY_BACKOFF_MAX": 3600.0,
+    "VISIBILITY_TIMEOUT": 300.0,
+    "RECONCILE_HORIZON": 600.0,
+    "RETAIN_SUCCEEDED": 7 * 86400.0,
+    "RETAIN_FAILED": 30 * 86400.0,
+    "TIME_LIMIT": None,
+}
+
+#: The longest time limit a task may have (a week).
+MAX_TIME_LIMIT = 7 * 86400.0
+
+QUEUE_KEYS = {"shards"}
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+KEY_PREFIX_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+CONNECTION_KEYS = ("REDIS_URL", "CACHE_ALIAS", "REDIS_SENTINEL")
+#: Django's built-in Redis cache backend, which CACHE_ALIAS may name.
+DJANGO_REDIS_CACHE = "django.core.cache.backends.redis.RedisCache"
+#: REDIS_SENTINEL's keys, with their defaults (None: required)
+SENTINEL_KEYS: dict[str, Any] = {
+    "SERVICE": None,
+    "NODES": None,
+    "DB": 0,
+    "PASSWORD": None,
+    "SENTINEL_PASSWORD": None,
+    "SSL": False,
+}
+SENTINEL_EXAMPLE = (
+    '"REDIS_SENTINEL": {"SERVICE": "mymaster", "NODES": ["10.0.0.1:26379", '
+    '"10.0.0.2:26379", "10.0.0.3:26379"]}'
+)
+MAX_SHARDS = 1024
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the settings, as a system check reports it."""
+
+    id: str
+    msg: str
+    hint: str
+    error: bool = True
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    # An int is finite however large (math.isfinite() would overflow on it).
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))

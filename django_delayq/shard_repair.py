@@ -1,0 +1,160 @@
+"""Repairs of one shard in a sweep pass: lost tasks indexed again, wrong
+scores corrected, ghosts removed, stuck running tasks recovered.
+
+On a Redis Cluster each shard is one slot, so a node that fails fails its
+shards only; :class:`django_delayq.sweeper.Sweeper` goes on with the others.
+See the sweeper's docstring for the order of reads and why a row that looks
+lost is read again before it is repaired.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import uuid
+
+from django.db import transaction
+
+from . import transitions
+from .execution import fail
+from .models import DelayedTask, OutboxEntry, Status
+from .outbox import entry_of, index_after_commit
+from .store import broken, index, inspect
+from .store.connection import Client
+from .store.keys import shard_keys
+from .sweep_result import SweepResult
+from .timing import to_score
+
+logger = logging.getLogger("django_delayq.sweeper")
+
+
+def repair_shard(
+    db: str,
+    key_prefix: str,
+    client: Client,
+    queue: str,
+    shard: int,
+    rows: list[DelayedTask],
+    running: list[DelayedTask],
+    now: datetime.datetime,
+    horizon: datetime.datetime,
+    result: SweepResult,
+) -> None:
+    """Reconcile one shard's rows with its due-set and ready stream:
+    ``rows`` are its scheduled rows due before ``horizon``, ``running`` its
+    rows running since before the visibility timeout; counts go to
+    ``result``."""
+    keys = shard_keys(key_prefix, queue, shard)
+    # A key of another type (set by hand?) fails every command on it:
+    # replace it first, and what it indexed is indexed again below.
+    result.replaced += broken.replace_wrong_types(
+        client,
+        {
+            keys.due: "zset",
+            keys.ready: "stream",
+            keys.wake: "list",
+            keys.dead: "stream",
+        },
+    )
+    scores = inspect.due_scores(client, keys.due, [row.pk for row in rows])
+    in_stream = inspect.stream_task_ids(client, keys.ready)
+    lost = [row for row in rows if scores[row.pk] is None and row.pk not in in_stream]
+    wrong = [
+        row
+        for row in rows
+        if scores[row.pk] is not None and scores[row.pk] != to_score(row.run_at)
+    ]
+    unchanged = _unchanged(db, lost + wrong)
+    lost = [row for row in lost if row.pk in unchanged]
+    wrong = [row for row in wrong if row.pk in unchanged]
+    if lost or wrong:
+        index.add([entry_of(row) for row in lost + wrong], client)
+        result.reindexed += len(lost)
+        result.corrected += len(wrong)
+        if lost and (result.oldest_lost is None or lost[0].run_at < result.oldest_lost):
+            result.oldest_lost = lost[0].run_at
+        for row in lost:
+            logger.debug("sweep: task %s was missing from Redis; indexed again", row.pk)
+    result.removed += _remove_ghosts(db, client, keys.due, queue, shard, horizon)
+    for row in running:
+        if row.pk not in in_stream:
+            _recover(db, row, now, result)
+
+
+def _unchanged(db: str, rows: list[DelayedTask]) -> set[uuid.UUID]:
+    """Those of ``rows`` still scheduled as read (same due time, same
+    attempt), read again now that Redis has been read.
+
+    A task that finished, was retried or rescheduled between the reads
+    left Redis by its own path and is indexed by its own write (or the
+    outbox); repairing it would be a false alarm, or put back a stale
+    due time.
+    """
+    if not rows:
+        return set()
+    now = {
+        pk: (run_at, attempts)
+        for pk, run_at, attempts in DelayedTask.objects.using(db)
+        .filter(pk__in=[row.pk for row in rows], status=Status.SCHEDULED)
+        .values_list("pk", "run_at", "attempts")
+    }
+    return {row.pk for row in rows if now.get(row.pk) == (row.run_at, row.attempts)}
+
+
+def _remove_ghosts(
+    db: str,
+    client: Client,
+    due: str,
+    queue: str,
+    shard: int,
+    horizon: datetime.datetime,
+) -> int:
+    """Remove members in the window whose row is not scheduled (or is gone)."""
+    removed = 0
+    for page in inspect.due_members(client, due, to_score(horizon)):
+        ids = [task_id for task_id, _, _ in page if task_id is not None]
+        still = set(
+            DelayedTask.objects.using(db)
+            .filter(pk__in=ids, status=Status.SCHEDULED)
+            .values_list("pk", flat=True)
+        )
+        ghosts = [member for task_id, member, _ in page if task_id not in still]
+        if ghosts:
+            # A row scheduled again meanwhile is re-added by its own
+            # on-commit write, or by the next pass.
+            removed += index.remove_members(client, due, ghosts)
+    return removed
+
+
+def _recover(
+    db: str, row: DelayedTask, now: datetime.datetime, result: SweepResult
+) -> None:
+    """A running row whose worker and stream entry are both gone."""
+    if transitions.claimed_in_batch(row):
+        # Claimed in a batch whose worker is gone: nothing says it ever
+        # started, so it goes back uncounted (see transitions).
+        with transaction.atomic(using=db):
+            handed = transitions.hand_back([row], db)
+            index_after_commit(handed, OutboxEntry.Action.RESCHEDULE, db)
+        if handed:
+            result.recovered += 1
+            logger.warning(
+                "sweep: task %s was claimed in a batch whose worker is gone "
+                "(no stream entry left); scheduled again, uncounted",
+                row.pk,
+            )
+        return
+    error = (
+        f"worker lost during attempt {row.attempts} of {row.max_attempts} "
+        f"(no stream entry left)"
+    )
+    if row.attempts >= row.max_attempts:
+        # Logged and signalled like any failure.
+        if fail(row, row.attempts, error, "", expect=Status.RUNNING):
+            result.failed += 1
+        return
+    with transaction.atomic(using=db):
+        if transitions.recover(row, now, error, db):
+            index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
+            result.recovered += 1
+            logger.warning("sweep: task %s: %s; scheduled again", row.pk, error)
