@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import random
 import socket
 import threading
 import time
@@ -28,7 +27,7 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError, connections
 
-from . import registry
+from . import membership, registry
 from .batch import Batch
 from .board import Board
 from .conf import get_settings
@@ -36,14 +35,13 @@ from .dbconn import recycle_connections
 from .exceptions import RedisUnavailable, WorkerStuck
 from .group_commit import DEFAULT_BUDGET, DEFAULT_MAX_SIZE, Pacer
 from .inflight import InFlight
-from .ownership import check_prefix_if_reachable
 from .quota import Quota
 from .readers import StreamReaders, read_now
 from .reclaim import Reclaimer
-from .store import leases, streams
+from .store import streams
 from .store.connection import Client, get_client
 from .store.errors import error_text
-from .store.keys import shard_keys, workers_key
+from .store.keys import shard_keys
 from .stuck import give_up
 from .time_limits import DEFAULT_GRACE, Watchdog
 from .timing import retry_pause
@@ -178,10 +176,15 @@ class Worker:
         """Work until :meth:`stop` (or, with ``once``, until nothing is ready)."""
         registry.autodiscover()
         client = get_client("loop")
-        if not self._start(client, once):
+        if not membership.join(
+            client, self.name, self.streams, self._stopping, once=once
+        ):
             return self.stats
+        heartbeat = membership.Heartbeat(
+            self.name, [q.name for q in self.queues], self._beat_seconds
+        )
         if not once:  # a one-off pass is not a worker to watch
-            self._say_alive(client, self._beat_seconds)
+            heartbeat.alive(client)
         logger.info(
             "worker %s: %d thread(s) on %s",
             self.name,
@@ -203,15 +206,15 @@ class Worker:
             thread.start()
         if self._readers is not None and not once:
             self._readers.start()
-        stuck = self._watch(client, threads, announce=not once)
+        stuck = self._watch(client, threads, None if once else heartbeat)
         consumers = [f"{self.name}-{n}" for n in range(self.concurrency)]
         if self._readers is not None:
             self._readers.join()
             consumers += self._readers.consumers.values()
         self._in_flight.hand_back(client, self.name)
-        self._leave_group(client, consumers)
+        membership.leave(client, self.name, self.streams, consumers)
         if not once:
-            self._say_gone(client)
+            heartbeat.gone(client)
         if stuck:
             raise WorkerStuck(
                 f"worker {self.name}: {stuck} task(s) ran past their time limit "
@@ -234,11 +237,14 @@ class Worker:
         self.watchdog.board = board
 
     def _watch(
-        self, client: Client, threads: list[threading.Thread], *, announce: bool
+        self,
+        client: Client,
+        threads: list[threading.Thread],
+        heartbeat: membership.Heartbeat | None,
     ) -> int:
-        """Heartbeat (the entries in flight, and with ``announce`` the process
-        itself) and enforce time limits until the threads end; return how
-        many tasks were stuck past their limit."""
+        """Heartbeat (the entries in flight, and with ``heartbeat`` the
+        process itself) and enforce time limits until the threads end; return
+        how many tasks were stuck past their limit."""
         # The main thread keeps the heartbeat going, also while a graceful
         # stop lets the tasks in flight finish.
         beat = self._beat_seconds
@@ -255,75 +261,16 @@ class Worker:
                     self.stop()
             if time.monotonic() >= next_beat:
                 self._in_flight.beat(client, self.name)
-                if announce:
-                    self._say_alive(client, beat)
+                if heartbeat is not None:
+                    heartbeat.alive(client)
                 next_beat = time.monotonic() + beat
         return len(given_up)
-
-    # -- start and end ------------------------------------------------------------
-
-    def _start(self, client: Client, once: bool) -> bool:
-        """Create the consumer groups, waiting for Redis if it is not up yet."""
-        failures = 0
-        while not self._stopping.is_set():
-            try:
-                check_prefix_if_reachable()
-                streams.ensure_groups(client, self.streams)
-                return True
-            except RedisUnavailable as exc:
-                if once:
-                    raise
-                failures += 1
-                pause = retry_pause(failures, base=0.5, cap=10.0)
-                logger.warning(
-                    "worker %s: Redis unavailable (%s); retrying in %.0f s",
-                    self.name,
-                    exc,
-                    pause,
-                )
-                self._stopping.wait(pause)
-        return False
 
     @property
     def _beat_seconds(self) -> float:
         """How often the main thread heartbeats the entries in flight and the
         process itself."""
         return max(self.visibility_timeout / 3, 0.1)
-
-    @property
-    def _heartbeat_member(self) -> str:
-        """``<name>#<queue>,<queue>``: who is alive, and for which queues
-        (a worker that has read nothing yet has no consumer to tell)."""
-        return f"{self.name}#{','.join(q.name for q in self.queues)}"
-
-    def _say_alive(self, client: Client, beat: float) -> None:
-        """Renew this process's heartbeat in ``<prefix>:workers``; it lapses
-        after three missed beats."""
-        try:
-            leases.beat(
-                client,
-                workers_key(get_settings().key_prefix),
-                self._heartbeat_member,
-                int(beat * 3 * 1000),
-                prune=random.random() < 0.1,
-            )
-        except RedisUnavailable as exc:
-            logger.debug("worker %s: heartbeat not written: %s", self.name, exc)
-
-    def _say_gone(self, client: Client) -> None:
-        try:
-            leases.leave(
-                client, workers_key(get_settings().key_prefix), self._heartbeat_member
-            )
-        except RedisUnavailable as exc:
-            logger.debug("worker %s: heartbeat not removed: %s", self.name, exc)
-
-    def _leave_group(self, client: Client, consumers: list[str]) -> None:
-        """Remove this worker's consumers that hold no pending entries."""
-        try:
-            streams.remove_idle_consumers(client, self.streams, consumers)
-        except RedisUnavailable as exc:
-            logger.debug("worker %s: could not leave the groups: %s", self.name, exc)
 
     # -- one thread -------------------------------------------------------------
 
