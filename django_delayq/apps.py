@@ -44,9 +44,9 @@ def _install_tasks_backend() -> None:
     Only when the framework is installed (Django 6, or the django-tasks
     backport): imports and connects receivers, no I/O.
     """
-    from . import _tasks_compat
+    from .contrib.tasks import compat as tasks_compat
 
-    if _tasks_compat.AVAILABLE:
-        from .tasks_bridge import install
+    if tasks_compat.AVAILABLE:
+        from .contrib.tasks.bridge import install
 
         install()

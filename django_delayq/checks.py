@@ -81,10 +81,10 @@ def check_key_prefix_owner(
 def check_tasks_framework(**kwargs: Any) -> list[CheckMessage]:
     """Report ``TASKS`` aliases on DelayQueueBackend without the framework
     (``delayq.E011``); the backend checks itself otherwise (E009, E010)."""
-    from . import _tasks_compat
+    from .contrib.tasks import compat as tasks_compat
 
     tasks = getattr(django_settings, "TASKS", None)
-    if _tasks_compat.AVAILABLE or not isinstance(tasks, Mapping):
+    if tasks_compat.AVAILABLE or not isinstance(tasks, Mapping):
         return []
     return [
         Error(

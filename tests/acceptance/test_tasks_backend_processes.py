@@ -9,7 +9,7 @@ import os
 import pytest
 from django.utils import timezone
 
-from django_delayq._tasks_compat import TaskResult, TaskResultStatus
+from django_delayq.contrib.tasks.compat import TaskResult, TaskResultStatus
 from tests.acceptance.processes import Processes, wait_for
 from tests.testapp.django_tasks import Boom, add, fails, flaky, record
 from tests.testapp.models import Ledger

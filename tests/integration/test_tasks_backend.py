@@ -20,7 +20,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_delayq import cancel, registry, schedule
-from django_delayq._tasks_compat import (
+from django_delayq.backends import AttemptAborted, DelayQueueBackend, TaskCancelled
+from django_delayq.contrib.tasks.bridge import FrameworkTask
+from django_delayq.contrib.tasks.compat import (
     InvalidTask,
     InvalidTaskBackend,
     TaskResultDoesNotExist,
@@ -30,7 +32,6 @@ from django_delayq._tasks_compat import (
     task_finished,
     task_started,
 )
-from django_delayq.backends import AttemptAborted, DelayQueueBackend, TaskCancelled
 from django_delayq.exceptions import (
     InvalidPayload,
     ResultTooLarge,
@@ -39,7 +40,6 @@ from django_delayq.exceptions import (
 )
 from django_delayq.models import DelayedTask, Status
 from django_delayq.store.keys import shard_keys
-from django_delayq.tasks_bridge import FrameworkTask
 from django_delayq.timing import ceil_ms
 from tests.helpers import drain, expected_score, indexed_score
 from tests.testapp import tasks as delayq_tasks

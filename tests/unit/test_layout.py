@@ -1,5 +1,5 @@
-"""The package's structure: no import cycles, one definition of the options,
-the check ids in one place.
+"""The package's structure: no import cycles, modules short enough to read,
+one definition of the options, the check ids in one place.
 
 The import graph is read from the source (every ``import``, also inside
 functions, which hides a cycle but does not remove it), so a cycle fails
@@ -92,8 +92,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_lazy_imports():
     graph = import_graph()
-    # backends imports api inside enqueue(): an edge all the same.
-    assert "django_delayq.api" in graph["django_delayq.backends"]
+    # The backend imports api inside enqueue(): an edge all the same.
+    assert "django_delayq.api" in graph["django_delayq.contrib.tasks.backend"]
     assert "django_delayq.models" in graph["django_delayq.api"]
 
 
@@ -104,6 +104,30 @@ def test_a_cycle_is_found():
 
 def test_the_package_has_no_import_cycle():
     assert cycles(import_graph()) == []
+
+
+def test_the_tasks_integration_imports_in_one_direction():
+    """compat, results, backend, bridge: each imports only those before it."""
+    layers = ["compat", "results", "backend", "bridge"]
+    graph = import_graph()
+    for index, layer in enumerate(layers):
+        imported = {
+            target.rpartition(".")[2]
+            for target in graph[f"django_delayq.contrib.tasks.{layer}"]
+            if target.startswith("django_delayq.contrib.tasks.")
+        }
+        assert imported <= set(layers[:index]), layer
+
+
+def test_every_module_is_short_enough_to_read():
+    """Past 400 lines a module holds more than one thing: split it."""
+    long = {
+        str(path.relative_to(PACKAGE.parent)): lines
+        for path in PACKAGE.rglob("*.py")
+        if "migrations" not in path.parts
+        and (lines := len(path.read_text().splitlines())) > 400
+    }
+    assert long == {}
 
 
 def test_schedule_and_task_schedule_take_the_same_options():

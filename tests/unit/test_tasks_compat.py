@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from django_delayq._tasks_compat import first_of
+from django_delayq.contrib.tasks.compat import first_of
 
 
 def _exceptions_module(**names: type[Exception]) -> types.ModuleType:

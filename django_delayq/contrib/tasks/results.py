@@ -1,7 +1,7 @@
 """Django Tasks results read from task rows, and the framework's signals.
 
 The layer under :mod:`django_delayq.backends` (which enqueues and reads
-results) and :mod:`django_delayq.tasks_bridge` (which runs the tasks in
+results) and :mod:`django_delayq.contrib.tasks.bridge` (which runs the tasks in
 workers): both import it, it imports neither.
 """
 
@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from django.dispatch import Signal
 
-from . import _tasks_compat
-from .exceptions import DelayQueueException
+from ...exceptions import DelayQueueException
+from . import compat
 
-_tasks_compat.require()
+compat.require()
 
-from ._tasks_compat import (  # noqa: E402
+from .compat import (  # noqa: E402
     BaseTaskBackend,
     InvalidTask,
     Task,
@@ -30,9 +30,9 @@ from ._tasks_compat import (  # noqa: E402
 )
 
 if TYPE_CHECKING:
-    from .models import DelayedTask
+    from ...models import DelayedTask
 
-logger = logging.getLogger("django_delayq.tasks_bridge")
+logger = logging.getLogger("django_delayq.contrib.tasks.bridge")
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -7,15 +7,15 @@ A row written by :meth:`DelayQueueBackend.enqueue
 
 - :func:`resolve`, a registry fallback, turns such a name back into a
   :class:`FrameworkTask` the worker can run, for a name that
-  :func:`~django_delayq.backends.lookup` finds, and for nothing else;
+  :func:`~django_delayq.contrib.tasks.backend.lookup` finds, and for nothing else;
 - the function it runs calls the task, handing a ``takes_context`` task its
   ``TaskContext``, and stores the return value as JSON;
 - the framework's ``task_started`` and ``task_finished`` signals are sent
   from django-delayq's own, with the row read back as a ``TaskResult`` by
-  :mod:`django_delayq.tasks_results`.
+  :mod:`django_delayq.contrib.tasks.results`.
 
-The modules import each other in one direction only: ``tasks_results``,
-then ``backends``, then this one.
+The modules of :mod:`django_delayq.contrib.tasks` import each other in one
+direction only: ``compat``, ``results``, ``backend``, then this one.
 
 :func:`install` connects all of it, from ``AppConfig.ready()``.
 """
@@ -31,14 +31,16 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from django.utils import timezone
 
-from . import _tasks_compat, registry, signals
-from .conf import get_settings
-from .exceptions import TaskNotRegistered
-from .payload import check_value, encode_json
+from ... import registry, signals
+from ...conf import get_settings
+from ...exceptions import TaskNotRegistered
+from ...payload import check_value, encode_json
+from . import compat
 
-_tasks_compat.require()
+compat.require()
 
-from ._tasks_compat import (  # noqa: E402
+from .backend import DelayQueueBackend, lookup  # noqa: E402
+from .compat import (  # noqa: E402
     Task,
     TaskContext,
     TaskResult,
@@ -47,12 +49,11 @@ from ._tasks_compat import (  # noqa: E402
     task_finished,
     task_started,
 )
-from .backends import DelayQueueBackend, lookup  # noqa: E402
-from .tasks_results import result_of, send, task_of  # noqa: E402
+from .results import result_of, send, task_of  # noqa: E402
 
 if TYPE_CHECKING:
     # Not at run time: @task may build the backend while apps still load.
-    from .models import DelayedTask
+    from ...models import DelayedTask
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ def _runner(django_task: Task[..., Any]) -> Callable[..., Any]:
             value = django_task.call(*args, **kwargs)
         else:
             if row is None or row.name != django_task.module_path:
-                from .models import DelayedTask
+                from ...models import DelayedTask
 
                 # Called outside a worker: a first attempt, of no row.
                 row = DelayedTask(
@@ -185,7 +186,7 @@ def _connect_signals() -> None:
     its signals, and a project that runs no framework task should not pay
     for that.
     """
-    uid = "django_delayq.tasks_bridge"
+    uid = "django_delayq.contrib.tasks.bridge"
     signals.task_started.connect(_on_started, dispatch_uid=f"{uid}.started")
     # A retried attempt is not the end of the task: no task_finished for it.
     signals.task_succeeded.connect(_on_finished, dispatch_uid=f"{uid}.succeeded")

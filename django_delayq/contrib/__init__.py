@@ -1,0 +1,1 @@
+"""Integrations of django-delayq with other frameworks."""
