@@ -153,7 +153,9 @@ def extract_tests(archive: Path, into: Path) -> Path:
 # -- settings and glue -----------------------------------------------------------
 
 
-def settings(redis_url: str, database: dict[str, Any]) -> dict[str, Any]:
+def settings(
+    redis_url: str, database: dict[str, Any], verbosity: int
+) -> dict[str, Any]:
     # Every queue name the tests use, as a django-delayq queue.
     queues = ["queue_1", "queue-1", "queue-2", "unknown_queue", "high"]
     return {
@@ -169,6 +171,20 @@ def settings(redis_url: str, database: dict[str, Any]) -> dict[str, Any]:
         "DATABASES": {"default": database},
         "DELAYQ": {"REDIS_URL": redis_url, "QUEUES": {name: {} for name in queues}},
         "TASKS": {"default": {"BACKEND": "django_delayq.backends.DelayQueueBackend"}},
+        # The worker logs every failure of the suite's failing tasks, with
+        # its traceback; shown with -v 2 only. (The tests assert on the
+        # framework's own "django.tasks" records, which are kept.)
+        "LOGGING": {
+            "version": 1,
+            "disable_existing_loggers": False,
+            "handlers": {"null": {"class": "logging.NullHandler"}},
+            "loggers": {
+                "django_delayq": {
+                    "handlers": [] if verbosity > 1 else ["null"],
+                    "propagate": verbosity > 1,
+                }
+            },
+        },
     }
 
 
@@ -218,7 +234,7 @@ def _excluded(test_id: str) -> str | None:
 def run(verbosity: int, database: dict[str, Any], redis_url: str) -> int:
     from django.conf import settings as django_settings
 
-    django_settings.configure(**settings(redis_url, database))
+    django_settings.configure(**settings(redis_url, database, verbosity))
     django.setup()
     from django.test import SimpleTestCase
     from django.test.runner import DiscoverRunner
