@@ -35,10 +35,12 @@ set -uo pipefail
 cd "$(dirname "$(realpath "$0")")/.." || exit 2
 
 dbs="sqlite postgres"
-# Worker processes under a supervisor, killed, stuck and recycled.
+# Worker processes under a supervisor, killed, stuck and recycled; the
+# processes of `make example`, stopped with Ctrl-C.
 PROCESS_TESTS=(
     tests/acceptance/test_worker_processes.py
     tests/acceptance/test_time_limit_processes.py
+    tests/acceptance/test_example_runner.py
 )
 # docs/quickstart.md followed in a fresh project (tests/docs).
 QUICKSTART_TEST=tests/docs/test_quickstart.py
