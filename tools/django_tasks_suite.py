@@ -122,12 +122,19 @@ def sdist(version: str) -> Path:
     if found:
         return found[0]
     _say(f"downloading the Django {version} source distribution from PyPI")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-         "--no-binary", ":all:", "--disable-pip-version-check",
-         f"django=={version}", "--dest", str(SDIST_CACHE)],
-        check=True,
-    )  # fmt: skip
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+             "--no-binary", ":all:", "--disable-pip-version-check",
+             f"django=={version}", "--dest", str(SDIST_CACHE)],
+            check=True,
+        )  # fmt: skip
+    except subprocess.CalledProcessError as exc:
+        raise SystemExit(
+            f"django_tasks_suite: pip could not download Django {version} "
+            f"(exit {exc.returncode}); without network, put "
+            f"django-{version}.tar.gz from PyPI in {SDIST_CACHE}"
+        ) from None
     found = sorted(SDIST_CACHE.glob(f"[dD]jango-{version}.tar.gz"))
     if not found:
         raise SystemExit(f"no Django {version} sdist in {SDIST_CACHE} after pip")
