@@ -13,17 +13,21 @@ private redis-server (and PostgreSQL with ``--db postgres``) is started by
 The glue, and nothing else, adapts the suite to a third-party backend:
 
 - Every backend the tests configure with ``override_settings(TASKS=...)`` is
-  swapped for one of ours as the setting changes: Django's
-  ``DummyBackend`` (which stores results and runs nothing) for
-  ``DelayQueueBackend``, and its ``ImmediateBackend`` (which runs a task in
-  ``enqueue()``) for :class:`RunningDelayQueueBackend`, a
-  ``DelayQueueBackend`` that after writing the task's row runs the real
-  ``delayq_dispatch --once`` and ``delayq_worker --once`` and reads the
-  row back, so the result is the one a worker produced. Django's backends
-  make one attempt; so does that alias (``max_attempts`` 1).
+  swapped for one of ours (:mod:`tools.django_tasks_glue`) as the setting
+  changes: Django's ``DummyBackend`` (which stores results and runs
+  nothing) for ``StoringDelayQueueBackend``, a ``DelayQueueBackend`` with
+  the dummy's ``results`` and ``clear()`` (the rows, read back; deleted),
+  and its ``ImmediateBackend`` (which runs a task in ``enqueue()``) for
+  ``RunningDelayQueueBackend``, a ``DelayQueueBackend`` that after writing
+  the task's row runs the real ``delayq_dispatch --once`` and
+  ``delayq_worker --once`` and reads the row back, so the result is the
+  one a worker produced. Django's backends make one attempt; so does that
+  alias (``max_attempts`` 1).
 - The queue names the tests use are declared in ``DELAYQ["QUEUES"]``.
 - The suite's ``SimpleTestCase`` classes may use the database, which our
-  backend writes to.
+  backend writes to, and its ``TransactionTestCase`` classes keep every
+  app available (``available_apps = []`` would hide the app of the test
+  tasks, which this backend then refuses to enqueue).
 
 The tests that are about Django's own backends, not about the framework's
 contract with any backend, are left out: :data:`EXCLUDED` names each with
@@ -55,6 +59,12 @@ SDIST_CACHE = ROOT / ".venv" / "django-sdist"
 
 _DUMMY = "Django's DummyBackend: "
 _IMMEDIATE = "Django's ImmediateBackend: "
+_DUMMY_REFRESH = (
+    _DUMMY + "the test changes the status of the result it keeps in memory "
+    "and expects refresh() to read that; this backend reads the row, which "
+    "only a worker changes (refresh() after a real run is tested through "
+    "ImmediateBackend's tests)"
+)
 _NO_PRIORITY = "sets a priority, which this backend refuses (supports_priority False)"
 _OTHER_ALIAS = (
     "enqueues a task declared for one alias through another, with "
@@ -66,9 +76,13 @@ _OTHER_ALIAS = (
 EXCLUDED: dict[str, str] = {
     # A backend of the test's own, not ours: nothing to swap in.
     "test_custom_backend": "tests custom backend classes defined in the module",
-    # DummyBackend's test case: the same contract as TaskTestCase, plus its
-    # in-memory results list.
-    "test_dummy_backend": _DUMMY + "its in-memory results list and clear()",
+    "test_dummy_backend.DummyBackendTestCase.test_using_correct_backend": (
+        _DUMMY + "isinstance and empty OPTIONS"
+    ),
+    "test_dummy_backend.DummyBackendTestCase.test_refresh_result": _DUMMY_REFRESH,
+    "test_dummy_backend.DummyBackendTestCase.test_refresh_result_async": (
+        _DUMMY_REFRESH
+    ),
     "test_tasks.TaskTestCase.test_using_correct_backend": _DUMMY + "isinstance",
     "test_tasks.TaskTestCase.test_get_backend": _DUMMY + "isinstance",
     # Documented limits of this backend (docs/guide/django-tasks.md, "What
@@ -243,7 +257,7 @@ def run(verbosity: int, database: dict[str, Any], redis_url: str) -> int:
 
     django_settings.configure(**settings(redis_url, database, verbosity))
     django.setup()
-    from django.test import SimpleTestCase
+    from django.test import SimpleTestCase, TransactionTestCase
     from django.test.runner import DiscoverRunner
     from django.test.signals import setting_changed
 
@@ -258,7 +272,12 @@ def run(verbosity: int, database: dict[str, Any], redis_url: str) -> int:
                 if prefix is not None:
                     unused.discard(prefix)
                     continue
-                if isinstance(test, SimpleTestCase):
+                if isinstance(test, TransactionTestCase):
+                    # available_apps = [] hides the test's own app, whose
+                    # tasks this backend then refuses (a worker could not
+                    # import them): all apps stay available.
+                    type(test).available_apps = None
+                elif isinstance(test, SimpleTestCase):
                     # Our backend writes rows; Django's kept results in memory.
                     type(test).databases = {"default"}
                 kept.addTest(test)
