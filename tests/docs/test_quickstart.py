@@ -23,8 +23,9 @@ temporary directory, with this virtualenv's Django and django-delayq:
 
 A block of any other kind fails the test, so that the page cannot grow a
 step this test skips. Then the views are driven through Django's test
-client (their URLs must exist), the running server must answer, and the
-tasks must be listed in the admin for the superuser.
+client (their URLs must exist), the tasks must be listed in the admin for
+the superuser, the settings' ``LOGGING`` must show the warning of a web
+process that cannot reach Redis, and the running server must answer.
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ class Project:
         self.shell(driver, where)
         self.shell_code = []
 
-    def shell(self, code: str, where: str) -> str:
+    def shell(self, code: str, where: str) -> subprocess.CompletedProcess[str]:
         # Django 5.2's shell imports every model by itself; the page's blocks
         # must import what they use, so that is turned off.
         done = subprocess.run(
@@ -205,7 +206,7 @@ class Project:
         assert done.returncode == 0, (
             f"{where}: the shell failed:\n{done.stdout}{done.stderr}\n" + self.logs()
         )
-        return done.stdout
+        return done
 
     # -- the processes -------------------------------------------------------
 
@@ -267,6 +268,25 @@ assert "shop.tasks.order_cancel" in listing.content.decode()
 print("views: ok", order.pk)
 """
 
+# What a web request does while Redis is down (the settings' REDIS_URL
+# pointed at a port where nothing listens, in this process only).
+REDIS_DOWN = """
+from django.conf import settings
+from django.db import transaction
+from django.test import override_settings
+
+from django_delayq import schedule
+from django_delayq.models import OutboxEntry
+from shop.models import Order
+from shop.tasks import order_cancel
+
+down = {**settings.DELAYQ, "REDIS_URL": "redis://127.0.0.1:9/0"}
+with override_settings(DELAYQ=down), transaction.atomic():
+    order = Order.objects.create()
+    schedule(order_cancel, delay=900, args=[order.pk])
+print("outbox:", OutboxEntry.objects.count())
+"""
+
 
 @pytest.fixture
 def project(tmp_path: Path) -> Iterator[Project]:
@@ -299,7 +319,18 @@ def test_the_quickstart_works_as_written(project: Project):
     code = CHECK_VIEWS.replace("USERNAME", SUPERUSER["username"]).replace(
         "PASSWORD", SUPERUSER["password"]
     )
-    assert "views: ok" in project.shell(code, "views")
+    assert "views: ok" in project.shell(code, "views").stdout
+
+    # The LOGGING example: a web process that cannot reach Redis says so,
+    # with a time and a level, and the task waits in the outbox.
+    outage = project.shell(REDIS_DOWN, "LOGGING")
+    assert "outbox: 1" in outage.stdout
+    assert re.search(
+        r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING django_delayq.outbox "
+        r"django-delayq: Redis write for 1 task\(s\) failed .*queued in the outbox",
+        outage.stderr,
+        re.MULTILINE,
+    ), outage.stderr
 
     # The running server serves the page the views redirect to.
     order_pk = 1
