@@ -1,6 +1,8 @@
-"""The backend that :mod:`tools.django_tasks_suite` runs in place of Django's
-``ImmediateBackend``: tasks are enqueued as rows, then run by the real
-dispatcher and worker before ``enqueue()`` returns."""
+"""The backends :mod:`tools.django_tasks_suite` runs in place of Django's:
+``RunningDelayQueueBackend`` for its ``ImmediateBackend`` (tasks are
+enqueued as rows, then run by the real dispatcher and worker before
+``enqueue()`` returns) and ``StoringDelayQueueBackend`` for its
+``DummyBackend`` (the dummy's ``results`` and ``clear()``, on the rows)."""
 
 from __future__ import annotations
 
