@@ -59,7 +59,7 @@ typecheck: ## mypy (configured in pyproject.toml)
 	@$(BOOTSTRAP) --no-servers $(LINT_LEG)
 	$(LINT_BIN)/mypy
 
-tests: ## pytest in every MATRIX leg, then tests/faults and tests/browser once (last leg)
+tests: ## pytest (and Django's own Tasks tests, on Django 6) in every MATRIX leg, then tests/faults and tests/browser once (last leg)
 	@$(BOOTSTRAP) --browser $(MATRIX)
 	tools/run_tests.sh --faults $(FAULTS_LEG) --browser $(BROWSER_LEG) $(MATRIX)
 
