@@ -25,6 +25,7 @@ BROWSER_LEG ?= $(lastword $(MATRIX))
 # `make test-fast` and `make example` use the first leg.
 FAST_LEG ?= $(firstword $(MATRIX))
 EXAMPLE_LEG ?= $(FAST_LEG)
+# The example's web server port on 127.0.0.1: make example EXAMPLE_PORT=8001.
 EXAMPLE_PORT ?= 8000
 
 BOOTSTRAP := tools/bootstrap.sh
@@ -58,7 +59,7 @@ typecheck: ## mypy (configured in pyproject.toml)
 	@$(BOOTSTRAP) --no-servers $(LINT_LEG)
 	$(LINT_BIN)/mypy
 
-tests: ## pytest in every MATRIX leg, then tests/faults and tests/browser once (last leg)
+tests: ## pytest (and Django's own Tasks tests, on Django 6) in every MATRIX leg, then tests/faults and tests/browser once (last leg)
 	@$(BOOTSTRAP) --browser $(MATRIX)
 	tools/run_tests.sh --faults $(FAULTS_LEG) --browser $(BROWSER_LEG) $(MATRIX)
 
@@ -87,7 +88,7 @@ bench-quick: ## The same harness with small N (a few minutes), as `make test` ru
 	@$(BOOTSTRAP) bench
 	.venv/bench/bin/python -m benchmarks --quick --json .venv/logs/bench-quick.json
 
-example: ## Run the example project with a private Redis (Ctrl-C stops it all)
+example: ## Run the example project with a private Redis, on EXAMPLE_PORT (8000); Ctrl-C stops it all
 	@$(BOOTSTRAP) --redis-only $(EXAMPLE_LEG)
 	PATH="$(CURDIR)/.venv/$(EXAMPLE_LEG)/bin:$$PATH" EXAMPLE_PORT=$(EXAMPLE_PORT) \
 		python -m tools.servers run --redis --redis-port 0 -- tools/run_example.sh

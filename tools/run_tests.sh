@@ -4,6 +4,10 @@
 #   tools/run_tests.sh [--dbs "sqlite postgres"] [--faults LEG] [--browser LEG]
 #                      [LEG ...]
 #
+# Each leg also runs Django's own Tasks test suite against the backend
+# (tools/django_tasks_suite.py), once, on the last database; on a leg whose
+# Django has no django.tasks it is reported as not applicable.
+#
 # The legs run everything but the fault-injection scenarios (tests/faults)
 # and the process-supervision tests (PROCESS_TESTS), which are slow and do
 # not depend on the Python or Django version: with --faults LEG they run
@@ -31,11 +35,15 @@ set -uo pipefail
 cd "$(dirname "$(realpath "$0")")/.." || exit 2
 
 dbs="sqlite postgres"
-# Worker processes under a supervisor, killed, stuck and recycled.
+# Worker processes under a supervisor, killed, stuck and recycled; the
+# processes of `make example`, stopped with Ctrl-C.
 PROCESS_TESTS=(
     tests/acceptance/test_worker_processes.py
     tests/acceptance/test_time_limit_processes.py
+    tests/acceptance/test_example_runner.py
 )
+# docs/quickstart.md followed in a fresh project (tests/docs).
+QUICKSTART_TEST=tests/docs/test_quickstart.py
 # Fault scenarios on a Sentinel set-up and on a Redis Cluster.
 TOPOLOGY_TESTS=(
     tests/faults/test_sentinel_faults.py
@@ -111,11 +119,44 @@ run_pytest() {
         "${outcome:-no pytest summary}" $((SECONDS - start)) >>"$summary"
 }
 
+# run_django_suite LEG DB: Django's own tests/tasks against our backend
+# (tools/django_tasks_suite.py), in a leg whose Django has django.tasks.
+run_django_suite() {
+    local leg=$1 db=$2 label=djtasks-$1
+    local python=.venv/$leg/bin/python
+    if ! "$python" -c 'import django, sys; sys.exit(django.VERSION < (6, 0))'; then
+        # The django-tasks backport's sdist ships no tests to run instead.
+        printf '%-18s %-9s %-28s %s\n' "$label" - "not applicable" \
+            "Django < 6: no django.tasks test suite" >>"$summary"
+        return
+    fi
+    local log=$logs/$label-$db.log
+    printf '\n==> %s, %s: python -m tools.django_tasks_suite\n' "$label" "$db"
+    local start=$SECONDS
+    "$python" -m tools.django_tasks_suite --db "$db" 2>&1 | tee "$log"
+    local status=${PIPESTATUS[0]}
+    local outcome verdict=ok
+    # unittest's closing lines, e.g. "Ran 45 tests in 0.4s" and "OK".
+    outcome=$(grep -E '^Ran [0-9]+ tests? in ' "$log" | tail -n 1)
+    if [[ $status -ne 0 ]]; then
+        verdict="FAILED (exit $status)"
+        failed=$((failed + 1))
+    fi
+    printf '%-18s %-9s %-28s %s [%ds]\n' "$label" "$db" "$verdict" \
+        "${outcome:-no test summary}" $((SECONDS - start)) >>"$summary"
+}
+
 for leg in "${legs[@]}"; do
     for db in $dbs; do
+        # The quickstart's project has its own SQLite file, whatever the
+        # suite's database: once per leg, with the last one.
+        quickstart=()
+        if [[ $db != "${dbs##* }" ]]; then quickstart=(--ignore="$QUICKSTART_TEST"); fi
         run_pytest "$leg" "$db" "$leg" --ignore=tests/faults --ignore=tests/browser \
-            "${PROCESS_TESTS[@]/#/--ignore=}" "${pytest_args[@]}"
+            "${PROCESS_TESTS[@]/#/--ignore=}" "${quickstart[@]}" "${pytest_args[@]}"
     done
+    # Once per leg, on the last database.
+    run_django_suite "$leg" "${dbs##* }"
 done
 
 if [[ -n $faults_leg ]]; then

@@ -172,7 +172,6 @@ def test_the_docs_have_runnable_examples_with_unique_names():
     assert len(EXAMPLES) >= 20
     pages = {block.path.relative_to(DOCS).as_posix() for block in EXAMPLES.values()}
     assert {
-        "quickstart.md",
         "guide/scheduling.md",
         "guide/transactions.md",
         "guide/dedupe.md",
