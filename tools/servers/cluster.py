@@ -11,7 +11,8 @@ answer, so a replica takes over a killed primary within a few seconds::
         old = cluster.kill_primary_of(b"delayq:{default:0}:due")
         cluster.wait_for_failover(old)      # its replica serves the slot now
 
-Needs redis-py (the tests' virtualenv has it), unlike tools.servers.
+One helper of ours, not a library's: no process library knows how to join
+nodes into a cluster, fail one over or move a slot.
 """
 
 from __future__ import annotations
@@ -24,15 +25,9 @@ from typing import Any, Self
 import redis
 from redis.cluster import key_slot
 
-from tools.servers import (
-    LOOPBACK,
-    RedisServer,
-    ServerError,
-    Started,
-    _redis_binary,
-    free_port,
-    wait_until,
-)
+from tools.procs import LOOPBACK, free_port, wait_for
+from tools.servers.base import ServerError, Started
+from tools.servers.redis import RedisServer, redis_binary
 
 #: How long a node may go without answering before the others fail it over.
 NODE_TIMEOUT_MS = 1000
@@ -206,7 +201,7 @@ class RedisCluster(Started):
     def _create(self) -> None:
         # Debian's redis-tools puts redis-cli beside redis-server.
         cli = shutil.which("redis-cli") or str(
-            Path(_redis_binary()).with_name("redis-cli")
+            Path(redis_binary()).with_name("redis-cli")
         )
         addresses = [f"{LOOPBACK}:{node.port}" for node in self.nodes]
         done = subprocess.run(
@@ -246,6 +241,10 @@ class RedisCluster(Started):
         return redis.Redis(LOOPBACK, port, socket_timeout=2.0)
 
     def _wait(self, condition: Any, what: str, timeout: float = 30.0) -> None:
-        wait_until(
-            condition, f"redis cluster: {what}", timeout, ignoring=(redis.RedisError,)
+        wait_for(
+            condition,
+            timeout,
+            f"redis cluster: {what}",
+            poll=0.1,
+            ignoring=(redis.RedisError,),
         )
