@@ -31,6 +31,7 @@ import random
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -42,10 +43,12 @@ from mirakuru.exceptions import ProcessFinishedWithError
 
 __all__ = [
     "LOOPBACK",
+    "ROOT",
     "CheckedProcess",
     "HTTPProcess",
     "NotReached",
     "Process",
+    "django_command",
     "free_port",
     "log_tail",
     "run_as",
@@ -54,6 +57,9 @@ __all__ = [
 ]
 
 LOOPBACK = "127.0.0.1"
+
+#: The repository: the project's commands run from here.
+ROOT = Path(__file__).resolve().parents[1]
 
 # mirakuru's exit hook SIGKILLs every process whose mirakuru_uuid variable
 # merely contains this interpreter's PID as text: on a shared machine that
@@ -271,6 +277,27 @@ class CheckedProcess(_Logged, Executor):
 
     def after_start_check(self) -> bool:
         return self.process is not None and self._ready(self.process.pid)
+
+
+def django_command(
+    command: str,
+    *args: str,
+    verbosity: int,
+    log_path: Path,
+    env: Mapping[str, str],
+    label: str = "",
+) -> Process:
+    """Start ``python -m django COMMAND`` with this interpreter, from the
+    repository, in ``env`` (which names the settings)."""
+    process = Process(
+        [sys.executable, "-m", "django", command, "-v", str(verbosity), *args],
+        log_path=log_path,
+        env=env,
+        cwd=ROOT,
+        label=label or command,
+    )
+    process.start()
+    return process
 
 
 def stop_together(processes: Sequence[_Logged], grace: float = 15.0) -> None:

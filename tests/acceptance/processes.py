@@ -18,10 +18,15 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from tools.procs import HTTPProcess, Process, free_port, stop_together
+from tools.procs import (
+    ROOT,
+    HTTPProcess,
+    Process,
+    django_command,
+    free_port,
+    stop_together,
+)
 from tools.servers import RedisServer
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 class Processes:
@@ -34,14 +39,13 @@ class Processes:
 
     def start(self, command: str, *args: str) -> subprocess.Popen[str]:
         """Start ``command``; the test signals and waits for its process."""
-        process = Process(
-            [sys.executable, "-m", "django", command, "-v", "2", *args],
+        process = django_command(
+            command,
+            *args,
+            verbosity=2,
             log_path=self.logs / f"{command}-{len(self.started)}.log",
             env=self.env,
-            cwd=ROOT,
-            label=command,
         )
-        process.start()
         self.started.append(process)
         assert process.popen is not None
         return process.popen

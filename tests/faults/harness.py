@@ -15,7 +15,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -32,10 +31,8 @@ from django_delayq.models import DelayedTask
 from django_delayq.store.keys import ShardKeys, shard_keys
 from django_delayq.store.streams import GROUP
 from tests.testapp.tasks import record
-from tools.procs import Process, wait_for
+from tools.procs import ROOT, Process, django_command, wait_for
 from tools.servers import RedisServer
-
-ROOT = Path(__file__).resolve().parents[2]
 
 #: DELAYQ values every scenario uses unless it overrides them: a fault must
 #: be noticed and repaired in seconds, not in the production defaults' minutes.
@@ -137,14 +134,14 @@ class Rig:
 
     def start(self, command: str, *args: str, label: str | None = None) -> Proc:
         label = label or f"{command.removeprefix('delayq_')}-{len(self.procs)}"
-        process = Process(
-            [sys.executable, "-m", "django", command, "-v", "1", *args],
+        process = django_command(
+            command,
+            *args,
+            verbosity=1,
             log_path=self.logs / f"{len(self.procs):02d}-{label}.log",
             env=self.env,
-            cwd=ROOT,
             label=label,
         )
-        process.start()
         proc = Proc(label, command, args, process)
         self.procs.append(proc)
         return proc

@@ -25,9 +25,9 @@ from typing import Any, Self
 import redis
 from redis.cluster import key_slot
 
-from tools.procs import LOOPBACK, free_port, wait_for
+from tools.procs import LOOPBACK, free_port
 from tools.servers.base import ServerError, Started
-from tools.servers.redis import RedisServer, redis_binary
+from tools.servers.redis import RedisServer, redis_binary, wait_for_redis
 
 #: How long a node may go without answering before the others fail it over.
 NODE_TIMEOUT_MS = 1000
@@ -152,10 +152,7 @@ class RedisCluster(Started):
             client.execute_command("CLUSTER FAILOVER")
 
         def promoted() -> bool:
-            with self._client(replica.port) as client:
-                if client.info("replication").get("role") != "master":
-                    return False
-            return self._settled()
+            return self._role(replica) == "master" and self._settled()
 
         self._wait(promoted, "replica promoted by CLUSTER FAILOVER", timeout)
 
@@ -164,10 +161,7 @@ class RedisCluster(Started):
         replica and every node sees the cluster as ok."""
 
         def rejoined() -> bool:
-            with self._client(node.port) as client:
-                if client.info("replication").get("role") != "slave":
-                    return False
-            return self._settled()
+            return self._role(node) == "slave" and self._settled()
 
         self._wait(rejoined, "old primary back as a replica", timeout)
 
@@ -237,14 +231,12 @@ class RedisCluster(Started):
                     return False
         return len(self.primaries()) == len(self.nodes) // 2
 
+    def _role(self, node: ClusterNode) -> str:
+        with self._client(node.port) as client:
+            return str(client.info("replication").get("role"))
+
     def _client(self, port: int) -> redis.Redis:
         return redis.Redis(LOOPBACK, port, socket_timeout=2.0)
 
     def _wait(self, condition: Any, what: str, timeout: float = 30.0) -> None:
-        wait_for(
-            condition,
-            timeout,
-            f"redis cluster: {what}",
-            poll=0.1,
-            ignoring=(redis.RedisError,),
-        )
+        wait_for_redis(condition, timeout, f"redis cluster: {what}")

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import redis
 
-from tools.procs import LOOPBACK
+from tools.procs import LOOPBACK, wait_for
 from tools.servers.base import Server, ServerError
 
 
@@ -26,6 +26,12 @@ def redis_binary() -> str:
             "`apt-get install redis-server` (tools/bootstrap.sh does)"
         )
     return found
+
+
+def wait_for_redis(condition: Callable[[], object], seconds: float, what: str) -> None:
+    """:func:`~tools.procs.wait_for`, a Redis error counting as "not yet" (a
+    node still starting, failing over or frozen on purpose)."""
+    wait_for(condition, seconds, what, poll=0.1, ignoring=(redis.RedisError,))
 
 
 class RedisServer(Server):

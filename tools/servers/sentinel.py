@@ -21,9 +21,9 @@ from typing import Any, Self
 
 import redis
 
-from tools.procs import LOOPBACK, wait_for
+from tools.procs import LOOPBACK
 from tools.servers.base import ServerError, Started
-from tools.servers.redis import RedisServer, redis_binary
+from tools.servers.redis import RedisServer, redis_binary, wait_for_redis
 
 SERVICE = "mymaster"
 
@@ -194,10 +194,4 @@ class SentinelSet(Started):
         return True
 
     def _wait(self, condition: Any, what: str, timeout: float = 30.0) -> None:
-        wait_for(
-            condition,
-            timeout,
-            f"sentinel set-up: {what}",
-            poll=0.1,
-            ignoring=(redis.RedisError,),
-        )
+        wait_for_redis(condition, timeout, f"sentinel set-up: {what}")
