@@ -35,7 +35,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import mirakuru.base
 from mirakuru import Executor, HTTPExecutor, SimpleExecutor
@@ -46,6 +46,7 @@ __all__ = [
     "ROOT",
     "CheckedProcess",
     "HTTPProcess",
+    "ManagedProcess",
     "NotReached",
     "Process",
     "django_command",
@@ -149,7 +150,8 @@ def run_as(user: str) -> dict[str, Any]:
 def _new_session(death_signal: int | None) -> Callable[[], None]:
     """What the child runs before exec: lead a session (as mirakuru does),
     and ask the kernel for ``death_signal`` when the starting thread dies.
-    Python runs it after switching user, which would clear the request."""
+    Python runs it after the switch of user, which would clear the request
+    if it came before."""
 
     def prepare() -> None:
         os.setsid()
@@ -161,8 +163,9 @@ def _new_session(death_signal: int | None) -> Callable[[], None]:
     return prepare
 
 
-class _Logged(SimpleExecutor):
-    """The additions of this module to a mirakuru executor (see above)."""
+class ManagedProcess(SimpleExecutor):
+    """A mirakuru executor with the additions of this module (see above);
+    the base of the kinds below."""
 
     def __init__(
         self,
@@ -213,7 +216,7 @@ class _Logged(SimpleExecutor):
         kwargs["preexec_fn"] = _new_session(self._death_signal)
         return kwargs
 
-    def start(self) -> Any:
+    def start(self) -> Self:
         if self.running():
             return self
         self.process = None  # a process that exited on its own
@@ -234,11 +237,14 @@ class _Logged(SimpleExecutor):
     def alive(self) -> bool:
         return self.running()
 
-    def stop(self, stop_signal: int | None = None, **_: Any) -> Any:
-        """Signal the group, wait out the grace period, SIGKILL what is left."""
+    def stop(
+        self, stop_signal: int | None = None, expected_returncode: int | None = None
+    ) -> Self:
+        """Signal the group, wait out the grace period, SIGKILL what is left;
+        whatever the exit code."""
         self._timeout = self.grace
         with contextlib.suppress(ProcessFinishedWithError):
-            super().stop(stop_signal)
+            super().stop(stop_signal, expected_returncode)
         return self
 
     def log(self) -> str:
@@ -251,16 +257,16 @@ class _Logged(SimpleExecutor):
         return log_tail(self.log_path, lines)
 
 
-class Process(_Logged):
+class Process(ManagedProcess):
     """A command run until it is stopped: ready when it says so in its log
     (the caller waits with :func:`wait_for`), or at once."""
 
 
-class HTTPProcess(_Logged, HTTPExecutor):
+class HTTPProcess(ManagedProcess, HTTPExecutor):
     """A web server, ready once ``url`` answers with a 2xx status."""
 
 
-class CheckedProcess(_Logged, Executor):
+class CheckedProcess(ManagedProcess, Executor):
     """A server, ready once ``ready(pid)`` is true: a check that proves that
     this very process answers, not another one on the same port."""
 
@@ -300,7 +306,7 @@ def django_command(
     return process
 
 
-def stop_together(processes: Sequence[_Logged], grace: float = 15.0) -> None:
+def stop_together(processes: Sequence[ManagedProcess], grace: float = 15.0) -> None:
     """Stop every process within one grace period, not one each: each leader
     gets its stop signal first (its own graceful shutdown, which stops its
     children its way), then whatever is left of each group is SIGKILLed."""
