@@ -11,7 +11,7 @@ answer, so a replica takes over a killed primary within a few seconds::
         old = cluster.kill_primary_of(b"delayq:{default:0}:due")
         cluster.wait_for_failover(old)      # its replica serves the slot now
 
-One helper of ours, not a library's: no process library knows how to join
+Written here, not taken from a library: no process library knows how to join
 nodes into a cluster, fail one over or move a slot.
 """
 

@@ -10,7 +10,7 @@ second without an answer, so a failover takes a few seconds::
         sentinels.kill_primary()          # SIGKILL, as a crash would
         sentinels.wait_for_failover()     # the replica is the primary now
 
-One helper of ours, not a library's: no process library knows how to set
+Written here, not taken from a library: no process library knows how to set
 sentinels on a primary and wait for their failover.
 """
 
