@@ -2,7 +2,7 @@
 
 Both with the same shard count, on this machine: the redis-server the
 harness started (``DELAYQ_REDIS_URL``) and a cluster of three primaries
-with a replica each, started here (``tools.cluster``).
+with a replica each, started here (``tools.servers.cluster``).
 
 * move rate: a backlog of due ids over every shard, moved by
   ``Dispatcher.run(once=True)``: ids per second.
@@ -167,7 +167,7 @@ def recovery(tasks: int, window: float, cluster: Any) -> dict[str, float]:
 def measure(
     shards: int, backlog: int, tasks: int, workers: int, steady: int, window: float
 ) -> dict[str, Any]:
-    from tools.cluster import RedisCluster
+    from tools.servers.cluster import RedisCluster
 
     results: dict[str, Any] = {
         "run_at": time.time(),

@@ -76,10 +76,10 @@ def machine() -> list[str]:
     except OSError:
         memory_kb = 0
     debian = _run("cat", "/etc/debian_version")
-    from tools.servers import _pg_bindir, _redis_binary
+    from tools.servers import pg_bindir, redis_binary
 
-    redis_version = _run(_redis_binary(), "--version").split(" v=")[-1].split()[0]
-    postgres = _run(str(_pg_bindir() / "postgres"), "--version")
+    redis_version = _run(redis_binary(), "--version").split(" v=")[-1].split()[0]
+    postgres = _run(str(pg_bindir() / "postgres"), "--version")
     return [
         f"- Machine: {cpu}, {os.cpu_count()} cores, "
         f"{memory_kb / 1024 / 1024:.0f} GiB, Linux {platform.release()}, "
@@ -261,7 +261,7 @@ def _cluster(results: dict[str, Any]) -> list[str]:
         "",
         f"`python -m benchmarks.cluster`: the same {run['shards']} shards on one "
         "redis-server and on a cluster of three primaries with a replica each "
-        "(`tools/cluster.py`), all on this machine. Move rate: a backlog of "
+        "(`tools/servers/cluster.py`), all on this machine. Move rate: a backlog of "
         f"{run['backlog']:,} due ids over every shard, moved by one "
         f"`delayq_dispatch --once` pass. Started/s: {run['tasks']:,} tasks all "
         f"due at once, one dispatcher and {run['workers']} worker processes. "

@@ -28,7 +28,7 @@
 # covers the whole matrix; the exit status is non-zero if any run failed,
 # including pytest's status 5 (no tests collected), except in the fault run,
 # where a PYTEST_ARGS filter may rightly select nothing. The test suite starts
-# its own redis-server and PostgreSQL (tools/servers.py), selected by
+# its own redis-server and PostgreSQL (tools/servers/), selected by
 # DELAYQ_TEST_DB. The report is also written to .venv/logs/summary.txt.
 set -uo pipefail
 

@@ -7,12 +7,9 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
-import time
-import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -21,17 +18,15 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from tools.servers import RedisServer, free_port
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {seconds} s: {what}")
-        time.sleep(0.05)
+from tools.procs import (
+    ROOT,
+    HTTPProcess,
+    Process,
+    django_command,
+    free_port,
+    stop_together,
+)
+from tools.servers import RedisServer
 
 
 class Processes:
@@ -40,19 +35,20 @@ class Processes:
     def __init__(self, env: dict[str, str], logs: Path) -> None:
         self.env = env
         self.logs = logs
-        self.started: list[subprocess.Popen[bytes]] = []
+        self.started: list[Process] = []
 
-    def start(self, command: str, *args: str) -> subprocess.Popen[bytes]:
-        log = self.logs / f"{command}-{len(self.started)}.log"
-        process = subprocess.Popen(
-            [sys.executable, "-m", "django", command, "-v", "2", *args],
+    def start(self, command: str, *args: str) -> subprocess.Popen[str]:
+        """Start ``command``; the test signals and waits for its process."""
+        process = django_command(
+            command,
+            *args,
+            verbosity=2,
+            log_path=self.logs / f"{command}-{len(self.started)}.log",
             env=self.env,
-            cwd=ROOT,
-            stdout=log.open("wb"),
-            stderr=subprocess.STDOUT,
         )
         self.started.append(process)
-        return process
+        assert process.popen is not None
+        return process.popen
 
     def run(self, command: str, *args: str) -> str:
         done = subprocess.run(
@@ -66,21 +62,11 @@ class Processes:
         assert done.returncode == 0, done.stderr.decode()
         return done.stdout.decode()
 
-    def log(self, process: subprocess.Popen[bytes]) -> str:
-        index = self.started.index(process)
-        name = Path(str(process.args[3]))  # the command
-        return (self.logs / f"{name}-{index}.log").read_text(errors="replace")
+    def log(self, popen: subprocess.Popen[str]) -> str:
+        return next(p for p in self.started if p.popen is popen).log()
 
     def stop_all(self) -> None:
-        for process in self.started:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.started:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_together(self.started, grace=20)
 
 
 @pytest.fixture
@@ -158,7 +144,7 @@ class ExampleShop:
             **(env or {}),
         }
         self.commands = procfile_commands(self.port)
-        self.started: dict[str, subprocess.Popen[bytes]] = {}
+        self.started: dict[str, Process] = {}
 
     def manage(self, *args: str) -> str:
         """Run one ``manage.py`` command to completion and return its output."""
@@ -185,28 +171,25 @@ class ExampleShop:
         else:
             shutil.copyfile(self.template, self.db)
         for name, argv in self.commands.items():
-            self.started[name] = subprocess.Popen(
-                argv,
-                env=self.env,
-                cwd=ROOT,
-                stdout=(self.directory / f"{name}.log").open("wb"),
-                stderr=subprocess.STDOUT,
+            options = {
+                "log_path": self.directory / f"{name}.log",
+                "env": self.env,
+                "cwd": ROOT,
+                "label": name,
+                "grace": 20.0,
+            }
+            process = (
+                HTTPProcess(argv, url=self.url + "/", method="GET", **options)
+                if name == "web"
+                else Process(argv, **options)
             )
-        self._wait_for_web(30)
-
-    def _wait_for_web(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        web = self.started["web"]
-        while True:
+            self.started[name] = process
             try:
-                with urllib.request.urlopen(self.url + "/", timeout=5):
-                    return
-            except OSError:
-                if web.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(
-                        f"the example's web server did not answer:\n{self.log('web')}"
-                    ) from None
-                time.sleep(0.1)
+                process.start()
+            except Exception as exc:
+                raise AssertionError(
+                    f"the example's {name} did not start ({exc}):\n{self.log(name)}"
+                ) from None
 
     def log(self, name: str) -> str:
         return (self.directory / f"{name}.log").read_text(errors="replace")
@@ -216,15 +199,7 @@ class ExampleShop:
         return "\n".join(f"---- {name} ----\n{self.log(name)}" for name in self.started)
 
     def stop(self) -> None:
-        for process in self.started.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.started.values():
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_together(list(self.started.values()), grace=20)
 
     def __enter__(self) -> Self:
         try:

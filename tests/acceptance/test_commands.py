@@ -14,9 +14,10 @@ from django.db.models import Count
 
 from django_delayq import Call, cancel, reschedule, schedule, schedule_many
 from django_delayq.models import DelayedTask, Status
-from tests.acceptance.processes import Processes, wait_for
+from tests.acceptance.processes import Processes
 from tests.testapp.models import Ledger
 from tests.testapp.tasks import record
+from tools.procs import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.servers import LOOPBACK, free_port, wait_until
+from tools.procs import LOOPBACK, free_port, wait_for
 
 pytestmark = pytest.mark.timeout(200)
 
@@ -83,7 +83,7 @@ def test_ctrl_c_stops_every_process_and_exits_0(tmp_path):
     )
     try:
         # Long enough for a busy machine: four Django processes start.
-        wait_until(lambda: _answers(f"http://{LOOPBACK}:{port}/"), "the shop", 90)
+        wait_for(lambda: _answers(f"http://{LOOPBACK}:{port}/"), 90, "the shop")
         os.killpg(runner.pid, signal.SIGINT)
         output = runner.communicate(timeout=60)[0].decode()
     finally:
@@ -101,7 +101,7 @@ def test_ctrl_c_stops_every_process_and_exits_0(tmp_path):
     started = [int(pid) for pid in re.findall(r"started \(pid=(\d+)\)", output)]
     assert len(started) == 4, output  # web, dispatcher, worker, sweeper
     # Stopped by their PIDs, none left behind (orphans are reaped by init).
-    wait_until(lambda: not any(_alive(pid) for pid in started), "all stopped", 10)
+    wait_for(lambda: not any(_alive(pid) for pid in started), 10, "all stopped")
     with socket.socket() as sock:
         # The web server's port is free again (for a server that, like
         # runserver, binds with SO_REUSEADDR: closed connections linger).

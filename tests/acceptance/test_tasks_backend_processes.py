@@ -10,9 +10,10 @@ import pytest
 from django.utils import timezone
 
 from django_delayq.contrib.tasks.compat import TaskResult, TaskResultStatus
-from tests.acceptance.processes import Processes, wait_for
+from tests.acceptance.processes import Processes
 from tests.testapp.django_tasks import Boom, add, fails, flaky, record
 from tests.testapp.models import Ledger
+from tools.procs import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 

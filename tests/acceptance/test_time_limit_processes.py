@@ -10,9 +10,10 @@ import redis
 
 from django_delayq import cancel, schedule
 from django_delayq.models import DelayedTask, Status
-from tests.acceptance.processes import Processes, wait_for
+from tests.acceptance.processes import Processes
 from tests.testapp.models import Order
 from tests.testapp.tasks import blocks, create_order, holds_the_gil
+from tools.procs import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
 

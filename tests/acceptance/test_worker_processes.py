@@ -21,9 +21,10 @@ from django.utils import timezone
 from django_delayq import schedule
 from django_delayq.models import DelayedTask, Status
 from django_delayq.store.keys import shard_keys
-from tests.acceptance.processes import ROOT, Processes, wait_for
+from tests.acceptance.processes import ROOT, Processes
 from tests.testapp.models import Ledger
 from tests.testapp.tasks import kills_its_process, record
+from tools.procs import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 

@@ -21,7 +21,8 @@ from playwright.sync_api import Locator, Page, expect
 
 from django_delayq.store.inspect import due_scores
 from django_delayq.store.keys import shard_keys
-from tests.acceptance.processes import ExampleShop, wait_for
+from tests.acceptance.processes import ExampleShop
+from tools.procs import wait_for
 from tools.servers import RedisServer
 
 # Starting the shop, in the first test, takes a while on a busy machine.

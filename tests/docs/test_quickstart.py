@@ -45,7 +45,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.servers import RedisServer, free_port, wait_until
+from tools.procs import free_port, wait_for
+from tools.servers import RedisServer
 
 # About 20 s on an idle machine: a dozen Django processes start.
 pytestmark = pytest.mark.timeout(180)
@@ -338,7 +339,7 @@ def test_the_quickstart_works_as_written(project: Project):
     # The running server serves the page the views redirect to.
     order_pk = 1
     url = f"http://127.0.0.1:{project.port}/orders/{order_pk}/"
-    wait_until(lambda: _answers(url), "runserver answering", timeout=60)
+    wait_for(lambda: _answers(url), 60, "runserver answering")
     with urllib.request.urlopen(url, timeout=5) as response:
         assert response.read().decode().startswith(f"Order {order_pk}: ")
 

@@ -15,9 +15,7 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +31,8 @@ from django_delayq.models import DelayedTask
 from django_delayq.store.keys import ShardKeys, shard_keys
 from django_delayq.store.streams import GROUP
 from tests.testapp.tasks import record
+from tools.procs import ROOT, Process, django_command, wait_for
 from tools.servers import RedisServer
-
-ROOT = Path(__file__).resolve().parents[2]
 
 #: DELAYQ values every scenario uses unless it overrides them: a fault must
 #: be noticed and repaired in seconds, not in the production defaults' minutes.
@@ -53,29 +50,22 @@ LEASE_TTL = "2"
 SUMMARY: list[str] = []
 
 
-def wait_for(
-    condition: Callable[[], object], seconds: float, what: str, poll: float = 0.05
-) -> None:
-    """Poll ``condition`` until it is true; fail after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {seconds:g} s: {what}")
-        time.sleep(poll)
-
-
 @dataclass
 class Proc:
-    """One command process."""
+    """One command process of a scenario."""
 
     label: str
     command: str
     args: tuple[str, ...]
-    popen: subprocess.Popen[bytes]
-    log_path: Path
+    process: Process
     #: set when the scenario kills or stops it on purpose
     expected_exit: bool = False
     stopped: bool = False
+
+    @property
+    def popen(self) -> subprocess.Popen[str]:
+        assert self.process.popen is not None
+        return self.process.popen
 
     @property
     def pid(self) -> int:
@@ -85,13 +75,10 @@ class Proc:
         return self.popen.poll() is None
 
     def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
+        return self.process.log()
 
     def tail(self, lines: int = 25) -> str:
-        return "\n".join(self.log().splitlines()[-lines:])
+        return self.process.tail(lines)
 
 
 class Rig:
@@ -147,16 +134,15 @@ class Rig:
 
     def start(self, command: str, *args: str, label: str | None = None) -> Proc:
         label = label or f"{command.removeprefix('delayq_')}-{len(self.procs)}"
-        log_path = self.logs / f"{len(self.procs):02d}-{label}.log"
-        with log_path.open("wb") as log:
-            popen = subprocess.Popen(
-                [sys.executable, "-m", "django", command, "-v", "1", *args],
-                env=self.env,
-                cwd=ROOT,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        proc = Proc(label, command, args, popen, log_path)
+        process = django_command(
+            command,
+            *args,
+            verbosity=1,
+            log_path=self.logs / f"{len(self.procs):02d}-{label}.log",
+            env=self.env,
+            label=label,
+        )
+        proc = Proc(label, command, args, process)
         self.procs.append(proc)
         return proc
 
@@ -222,7 +208,8 @@ class Rig:
             wait_for(ready, seconds, f"{proc.label} ready")
 
     def kill(self, proc: Proc, sig: signal.Signals = signal.SIGKILL) -> None:
-        """Send ``sig`` to one process by PID; for SIGKILL, reap it."""
+        """Send ``sig`` to one process by PID, not to its group (the fault
+        hits that process alone); for SIGKILL, reap it."""
         proc.expected_exit = True
         os.kill(proc.pid, sig)
         if sig == signal.SIGKILL:
@@ -248,11 +235,7 @@ class Rig:
         """SIGKILL whatever still runs: the scenario is over and checked, and
         a graceful stop would only cost seconds per process."""
         for proc in self.procs:
-            if proc.alive():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGKILL)
-        for proc in self.procs:
-            proc.popen.wait(timeout=30)
+            proc.process.kill()
 
     def close(self) -> None:
         try:

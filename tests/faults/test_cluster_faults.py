@@ -37,11 +37,11 @@ from tests.faults.harness import (
     schedule_records,
     sweep_count,
     sweep_totals,
-    wait_for,
 )
 from tests.faults.invariants import Expect, check
 from tests.testapp.tasks import add
-from tools.cluster import ClusterNode, RedisCluster
+from tools.procs import wait_for
+from tools.servers.cluster import ClusterNode, RedisCluster
 
 pytestmark = [
     pytest.mark.faults,

@@ -11,9 +11,10 @@ import pytest
 from django.conf import settings
 from django.db import OperationalError, connection, connections
 
-from tests.faults.harness import Rig, schedule_records, wait_for
+from tests.faults.harness import Rig, schedule_records
 from tests.faults.invariants import Expect, check
 from tests.testapp.models import Ledger
+from tools.procs import wait_for
 from tools.servers import PostgresServer
 
 pytestmark = [

@@ -15,8 +15,9 @@ from django.utils import timezone
 from django_delayq.ids import shard_of, uuid7
 from django_delayq.models import DelayedTask, Status
 from django_delayq.store.keys import shard_keys
-from tests.faults.harness import Rig, schedule_records, wait_for
+from tests.faults.harness import Rig, schedule_records
 from tests.faults.invariants import Expect, check
+from tools.procs import wait_for
 
 pytestmark = [
     pytest.mark.faults,

@@ -28,12 +28,12 @@ from tests.faults.harness import (
     Rig,
     grep,
     schedule_bulk,
-    wait_for,
 )
 from tests.faults.invariants import Expect, check
 from tests.faults.test_database_faults import pg, terminate_backends  # noqa: F401
 from tests.testapp.models import Ledger
 from tests.testapp.tasks import gated_record, poison, record
+from tools.procs import wait_for
 
 pytestmark = [
     pytest.mark.faults,

@@ -19,10 +19,10 @@ from tests.faults.harness import (
     Rig,
     schedule_records,
     sweep_totals,
-    wait_for,
 )
 from tests.faults.invariants import Expect, check
 from tests.testapp.models import Ledger
+from tools.procs import wait_for
 
 pytestmark = [
     pytest.mark.faults,

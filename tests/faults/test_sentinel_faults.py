@@ -34,7 +34,7 @@ from tests.faults.harness import (
 )
 from tests.faults.invariants import Expect, check
 from tests.testapp.tasks import add
-from tools.sentinel import SERVICE, SentinelSet
+from tools.servers.sentinel import SERVICE, SentinelSet
 
 pytestmark = [
     pytest.mark.faults,

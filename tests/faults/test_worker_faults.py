@@ -10,10 +10,11 @@ import pytest
 
 from django_delayq import schedule
 from django_delayq.models import DelayedTask, Status
-from tests.faults.harness import Batch, Rig, grep, schedule_records, wait_for
+from tests.faults.harness import Batch, Rig, grep, schedule_records
 from tests.faults.invariants import Expect, check
 from tests.testapp.models import Ledger
 from tests.testapp.tasks import poison, record
+from tools.procs import wait_for
 
 pytestmark = [
     pytest.mark.faults,

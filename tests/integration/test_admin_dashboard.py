@@ -24,7 +24,7 @@ from django_delayq.store import streams
 from django_delayq.store.keys import shard_keys
 from django_delayq.worker import Worker
 from tests.testapp.tasks import add, order_cancel, send_reminder
-from tools.servers import wait_until
+from tools.procs import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -131,12 +131,13 @@ def test_a_worker_is_alive_by_its_own_heartbeat_and_flagged_without_one(
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
-        wait_until(
+        wait_for(
             lambda: [
                 member
                 for member in redis_client.zrange("delayq:workers", 0, -1)
                 if member.decode() == f"{worker.name}#default,orders,reports"
             ],
+            30,
             "the worker's heartbeat",
         )
         # Alive by its heartbeat, whatever idle time Redis reports for its

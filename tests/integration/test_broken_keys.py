@@ -16,7 +16,7 @@ from django_delayq.store.keys import shard_keys, sweeper_lock_key
 from django_delayq.worker import Worker
 from tests.helpers import drain, refresh
 from tests.testapp.tasks import add, order_cancel
-from tools.servers import wait_until
+from tools.procs import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -77,10 +77,10 @@ def test_a_shard_key_of_the_wrong_type_stops_only_that_shard(
         thread.start()
     try:
         task = schedule(add, args=[1, 2], delay=0.2)
-        wait_until(
+        wait_for(
             lambda: refresh(task).status == Status.SUCCEEDED,
+            20,
             "the default queue's task ran",
-            timeout=20,
         )
     finally:
         dispatcher.stop()

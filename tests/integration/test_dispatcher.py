@@ -15,6 +15,7 @@ from django_delayq.dispatcher import Dispatcher
 from django_delayq.store.keys import decode_member, shard_keys
 from tests.helpers import due_members, expected_score
 from tests.testapp.tasks import add, order_cancel
+from tools.procs import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,14 +27,6 @@ def ready_entries(client: redis.Redis) -> dict[uuid.UUID, int]:
         for entry_id, fields in client.xrange(key):
             found[decode_member(fields[b"id"])] = int(entry_id.split(b"-")[0])
     return found
-
-
-def wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached within {seconds} s")
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -77,7 +70,12 @@ def test_large_backlogs_move_in_batches(redis_client):
 def test_a_task_is_moved_when_due_and_never_before(redis_client, running):
     running(queues=["default"])
     task = schedule(add, args=[1, 1], delay=0.3)
-    wait_for(lambda: task.pk in ready_entries(redis_client))
+    wait_for(
+        lambda: task.pk in ready_entries(redis_client),
+        10,
+        "the task in a ready stream",
+        poll=0.01,
+    )
     # The entry id carries Redis' clock at the move: never before the due time.
     assert ready_entries(redis_client)[task.pk] >= expected_score(task)
     assert due_members(redis_client) == {}
@@ -89,30 +87,65 @@ def test_a_new_earliest_task_wakes_a_sleeping_dispatcher(redis_client, running):
     schedule(add, args=[0, 0], delay=3600)
     time.sleep(0.2)  # let it go to sleep until the far head
     task = schedule(add, args=[1, 1], delay=0.1)
-    wait_for(lambda: task.pk in ready_entries(redis_client), seconds=5)
+    wait_for(
+        lambda: task.pk in ready_entries(redis_client),
+        5,
+        "the task in a ready stream",
+        poll=0.01,
+    )
 
 
 def test_two_dispatchers_share_the_shards(redis_client, running):
     first = running(queues=["orders"], lease_ttl=1.0)
-    wait_for(lambda: sum(s.owned for s in first.shards) == 4)
+    wait_for(
+        lambda: sum(s.owned for s in first.shards) == 4,
+        10,
+        "the first dispatcher owning 4 shards",
+        poll=0.01,
+    )
     second = running(queues=["orders"], lease_ttl=1.0)
-    wait_for(lambda: sum(s.owned for s in second.shards) == 2)
-    wait_for(lambda: sum(s.owned for s in first.shards) == 2)
+    wait_for(
+        lambda: sum(s.owned for s in second.shards) == 2,
+        10,
+        "the second dispatcher owning 2 shards",
+        poll=0.01,
+    )
+    wait_for(
+        lambda: sum(s.owned for s in first.shards) == 2,
+        10,
+        "the first dispatcher owning 2 shards",
+        poll=0.01,
+    )
     owners = {s.label for s in first.shards if s.owned}
     owners |= {s.label for s in second.shards if s.owned}
     assert owners == {f"orders:{n}" for n in range(4)}
 
     tasks = [schedule(order_cancel, args=[i]) for i in range(40)]
-    wait_for(lambda: set(ready_entries(redis_client)) == {t.pk for t in tasks})
+    wait_for(
+        lambda: set(ready_entries(redis_client)) == {t.pk for t in tasks},
+        10,
+        "every task in a ready stream",
+        poll=0.01,
+    )
     assert first.stats.moved + second.stats.moved == 40
 
 
 def test_a_stopped_dispatchers_shards_are_taken_over(redis_client, running):
     first = running(queues=["orders"], lease_ttl=1.0)
     second = running(queues=["orders"], lease_ttl=1.0)
-    wait_for(lambda: sum(s.owned for s in second.shards) == 2)
+    wait_for(
+        lambda: sum(s.owned for s in second.shards) == 2,
+        10,
+        "the second dispatcher owning 2 shards",
+        poll=0.01,
+    )
     first.stop()
-    wait_for(lambda: sum(s.owned for s in second.shards) == 4)
+    wait_for(
+        lambda: sum(s.owned for s in second.shards) == 4,
+        10,
+        "the second dispatcher owning 4 shards",
+        poll=0.01,
+    )
 
 
 def test_a_dispatcher_whose_lease_was_taken_moves_nothing(redis_client):

@@ -17,7 +17,7 @@ from django_delayq.dispatcher import Dispatcher
 from django_delayq.models import DelayedTask, OutboxEntry
 from django_delayq.worker import Worker
 from tests.testapp.tasks import add
-from tools.servers import wait_until
+from tools.procs import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
@@ -39,7 +39,7 @@ def loops(redis_client) -> Iterator[tuple[Dispatcher, Worker]]:
     for thread in threads:
         thread.start()
     try:
-        wait_until(lambda: status()[0] == 0, "dispatcher and worker up")
+        wait_for(lambda: status()[0] == 0, 30, "dispatcher and worker up")
         yield dispatcher, worker
     finally:
         dispatcher.stop()

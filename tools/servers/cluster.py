@@ -11,7 +11,8 @@ answer, so a replica takes over a killed primary within a few seconds::
         old = cluster.kill_primary_of(b"delayq:{default:0}:due")
         cluster.wait_for_failover(old)      # its replica serves the slot now
 
-Needs redis-py (the tests' virtualenv has it), unlike tools.servers.
+Written here, not taken from a library: no process library knows how to join
+nodes into a cluster, fail one over or move a slot.
 """
 
 from __future__ import annotations
@@ -24,15 +25,9 @@ from typing import Any, Self
 import redis
 from redis.cluster import key_slot
 
-from tools.servers import (
-    LOOPBACK,
-    RedisServer,
-    ServerError,
-    Started,
-    _redis_binary,
-    free_port,
-    wait_until,
-)
+from tools.procs import LOOPBACK, free_port
+from tools.servers.base import ServerError, Started
+from tools.servers.redis import RedisServer, redis_binary, wait_for_redis
 
 #: How long a node may go without answering before the others fail it over.
 NODE_TIMEOUT_MS = 1000
@@ -157,10 +152,7 @@ class RedisCluster(Started):
             client.execute_command("CLUSTER FAILOVER")
 
         def promoted() -> bool:
-            with self._client(replica.port) as client:
-                if client.info("replication").get("role") != "master":
-                    return False
-            return self._settled()
+            return self._role(replica) == "master" and self._settled()
 
         self._wait(promoted, "replica promoted by CLUSTER FAILOVER", timeout)
 
@@ -169,10 +161,7 @@ class RedisCluster(Started):
         replica and every node sees the cluster as ok."""
 
         def rejoined() -> bool:
-            with self._client(node.port) as client:
-                if client.info("replication").get("role") != "slave":
-                    return False
-            return self._settled()
+            return self._role(node) == "slave" and self._settled()
 
         self._wait(rejoined, "old primary back as a replica", timeout)
 
@@ -206,7 +195,7 @@ class RedisCluster(Started):
     def _create(self) -> None:
         # Debian's redis-tools puts redis-cli beside redis-server.
         cli = shutil.which("redis-cli") or str(
-            Path(_redis_binary()).with_name("redis-cli")
+            Path(redis_binary()).with_name("redis-cli")
         )
         addresses = [f"{LOOPBACK}:{node.port}" for node in self.nodes]
         done = subprocess.run(
@@ -242,10 +231,12 @@ class RedisCluster(Started):
                     return False
         return len(self.primaries()) == len(self.nodes) // 2
 
+    def _role(self, node: ClusterNode) -> str:
+        with self._client(node.port) as client:
+            return str(client.info("replication").get("role"))
+
     def _client(self, port: int) -> redis.Redis:
         return redis.Redis(LOOPBACK, port, socket_timeout=2.0)
 
     def _wait(self, condition: Any, what: str, timeout: float = 30.0) -> None:
-        wait_until(
-            condition, f"redis cluster: {what}", timeout, ignoring=(redis.RedisError,)
-        )
+        wait_for_redis(condition, timeout, f"redis cluster: {what}")

@@ -10,7 +10,8 @@ second without an answer, so a failover takes a few seconds::
         sentinels.kill_primary()          # SIGKILL, as a crash would
         sentinels.wait_for_failover()     # the replica is the primary now
 
-Needs redis-py (the tests' virtualenv has it), unlike tools.servers.
+Written here, not taken from a library: no process library knows how to set
+sentinels on a primary and wait for their failover.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from typing import Any, Self
 
 import redis
 
-from tools.servers import LOOPBACK, RedisServer, ServerError, Started, wait_until
+from tools.procs import LOOPBACK
+from tools.servers.base import ServerError, Started
+from tools.servers.redis import RedisServer, redis_binary, wait_for_redis
 
 SERVICE = "mymaster"
 
@@ -73,7 +76,7 @@ class SentinelServer(RedisServer):
         )
 
     def _argv(self) -> list[str]:
-        return [*super()._argv()[:1], str(self.config_path), "--sentinel"]
+        return [redis_binary(), str(self.config_path), "--sentinel"]
 
 
 class SentinelSet(Started):
@@ -191,6 +194,4 @@ class SentinelSet(Started):
         return True
 
     def _wait(self, condition: Any, what: str, timeout: float = 30.0) -> None:
-        wait_until(
-            condition, f"sentinel set-up: {what}", timeout, ignoring=(redis.RedisError,)
-        )
+        wait_for_redis(condition, timeout, f"sentinel set-up: {what}")

@@ -1,0 +1,5 @@
+import sys
+
+from tools.servers.cli import main
+
+sys.exit(main())
