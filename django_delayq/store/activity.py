@@ -62,12 +62,14 @@ STARTED, SUCCEEDED, FAILED = "started", "succeeded", "failed"
 OVERFLOW = "late:inf"
 
 
+#: The field of each bucket, in the order of LATENESS_BUCKETS_MS, then the
+#: overflow: made once, as every attempt a worker finishes looks one up.
+_BUCKET_FIELDS = (*(f"late:{bound}" for bound in LATENESS_BUCKETS_MS), OVERFLOW)
+
+
 def bucket_field(late_ms: float) -> str:
     """The lateness field an attempt ``late_ms`` after its run_at counts in."""
-    index = bisect.bisect_left(LATENESS_BUCKETS_MS, max(late_ms, 0))
-    if index == len(LATENESS_BUCKETS_MS):
-        return OVERFLOW
-    return f"late:{LATENESS_BUCKETS_MS[index]}"
+    return _BUCKET_FIELDS[bisect.bisect_left(LATENESS_BUCKETS_MS, max(late_ms, 0))]
 
 
 @dataclass
