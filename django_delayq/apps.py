@@ -7,7 +7,7 @@ from django.utils.translation import gettext_lazy as _
 class DelayQueueConfig(AppConfig):
     name = "django_delayq"
     label = "django_delayq"
-    verbose_name = _("Delayed tasks")
+    verbose_name = _("Delay queue")
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:

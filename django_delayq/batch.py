@@ -29,8 +29,8 @@ from . import registry, transitions
 from .exceptions import TaskNotRegistered
 from .execution import Disposition, Outcome, execute, start, unknown_task, write_db
 from .group_commit import Pacer, run_group
-from .models import DelayedTask
-from .store import streams
+from .models import DelayedTask, Status
+from .store import activity, streams
 from .store.connection import Client
 from .time_limits import Abandoned, Watchdog
 
@@ -49,6 +49,8 @@ class _Claimed:
     row: DelayedTask
     task: registry.Task[Any, Any] | None
     unknown: TaskNotRegistered | None = None
+    #: how late the claim took the task (ms after its run_at)
+    late_ms: float = 0.0
 
 
 class Batch:
@@ -128,9 +130,10 @@ class Batch:
     def _claim(self, pending: list[streams.Entry]) -> list[_Claimed]:
         """Claim the due tasks of fresh deliveries, in one statement."""
         fresh = [entry for entry in pending if not entry.reclaimed]
+        now = timezone.now()
         rows = transitions.claim_due(
             [(entry.task_id, entry.entry_id.decode()) for entry in fresh],
-            timezone.now(),
+            now,
             self.consumer,
             write_db(),
         )
@@ -143,10 +146,13 @@ class Batch:
             row = by_delivery.get((entry.task_id, entry.entry_id.decode()))
             if row is None:
                 continue
+            late_ms = (now - row.run_at).total_seconds() * 1000
             try:
-                claimed.append(_Claimed(entry, row, registry.get(row.name)))
+                task = registry.get(row.name)
             except TaskNotRegistered as exc:
-                claimed.append(_Claimed(entry, row, None, exc))
+                claimed.append(_Claimed(entry, row, None, exc, late_ms))
+            else:
+                claimed.append(_Claimed(entry, row, task, late_ms=late_ms))
         return claimed
 
     def _run_some(
@@ -175,7 +181,8 @@ class Batch:
                     # function took sizes the next claims (see Pacer).
                     self.pacer.note_runs([(first.row.name, ran_for)])
             counts.processed += 1
-            if self._settle(pending, first.entry, outcome):
+            ran = first.unknown is None and outcome.disposition is Disposition.DONE
+            if self._settle(pending, first.entry, outcome, [first] if ran else []):
                 counts.dead_lettered += 1
             return claimed[1:]
         result = run_group(
@@ -187,8 +194,8 @@ class Batch:
         )
         done = {row.pk for row in result.done}
         fenced = {row.pk for row in result.fenced}
-        finished = [item.entry for item in group if item.row.pk in done]
-        self._finish(pending, finished)
+        finished = [item for item in group if item.row.pk in done]
+        self._finish(pending, [item.entry for item in finished], finished)
         for item in group:
             if item.row.pk in fenced:
                 # Another worker took the attempt over: its entry is theirs.
@@ -198,7 +205,11 @@ class Batch:
         return [item for item in group if item.row.pk in left] + claimed[len(group) :]
 
     def _settle(
-        self, pending: list[streams.Entry], entry: streams.Entry, outcome: Outcome
+        self,
+        pending: list[streams.Entry],
+        entry: streams.Entry,
+        outcome: Outcome,
+        ran: list[_Claimed] | None = None,
     ) -> bool:
         """Finish with one entry as ``outcome`` says; True if dead-lettered."""
         if outcome.disposition is Disposition.DEAD:
@@ -219,17 +230,27 @@ class Batch:
         if outcome.disposition is Disposition.LEAVE:
             self._forget(pending, entry)
         else:
-            self._finish(pending, [entry])
+            self._finish(pending, [entry], ran)
         return False
 
     def _finish(
-        self, pending: list[streams.Entry], entries: list[streams.Entry]
+        self,
+        pending: list[streams.Entry],
+        entries: list[streams.Entry],
+        ran: list[_Claimed] | None = None,
     ) -> None:
-        """Acknowledge and delete entries whose outcome is committed."""
+        """Acknowledge and delete entries whose outcome is committed, and
+        count the attempts of ``ran`` (claimed tasks that ran) in the same
+        round trip."""
         if not entries:
             return
+        tallies: dict[str, activity.Tally] = {}
+        for item in ran or []:
+            tallies.setdefault(item.entry.stream, activity.Tally()).add(
+                succeeded=item.row.status == Status.SUCCEEDED, late_ms=item.late_ms
+            )
         try:
-            streams.finish_many(self.client, entries)
+            streams.finish_many(self.client, entries, tallies)
         finally:
             # Even if the acknowledgement failed: the entries are then
             # reclaimed later, and their rows (now finished) make that a

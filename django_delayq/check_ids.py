@@ -27,6 +27,7 @@ REDIS_EVICTS = "delayq.W002"  # deploy: maxmemory-policy is not noeviction
 REDIS_NOT_PERSISTENT = "delayq.W003"  # deploy: no RDB, no AOF
 REDIS_PLAINTEXT = "delayq.W004"  # deploy: redis:// to another host
 REDIS_NO_PASSWORD = "delayq.W005"  # deploy: no password
+VISIBILITY_BELOW_TIME_LIMIT = "delayq.W006"  # deploy: a time limit > VISIBILITY_TIMEOUT
 
 ALL = (
     NOT_A_DICT,
@@ -48,4 +49,5 @@ ALL = (
     REDIS_NOT_PERSISTENT,
     REDIS_PLAINTEXT,
     REDIS_NO_PASSWORD,
+    VISIBILITY_BELOW_TIME_LIMIT,
 )

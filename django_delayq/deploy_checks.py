@@ -1,4 +1,4 @@
-"""Deployment checks (``manage.py check --deploy``): ``delayq.W002``-``W005``.
+"""Deployment checks (``manage.py check --deploy``): ``delayq.W002``-``W006``.
 
 What a production review of the Redis behind django-delayq would flag. None
 stops anything: the rows are the truth and the sweeper repairs Redis, but
@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from django.core.checks import CheckMessage, Warning
 
-from . import check_ids, conf
+from . import check_ids, conf, registry
 from .exceptions import InvalidConfiguration, RedisUnavailable
 
 _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
@@ -25,7 +25,43 @@ def check_deployment(**kwargs: Any) -> list[CheckMessage]:
         settings = conf.parse(conf.raw_settings())
     except InvalidConfiguration:
         return []  # check_settings reports it
-    return [*_url_warnings(settings), *_server_warnings()]
+    return [
+        *_url_warnings(settings),
+        *_time_limit_warnings(settings),
+        *_server_warnings(),
+    ]
+
+
+def _time_limit_warnings(settings: conf.Settings) -> list[CheckMessage]:
+    """Time limits longer than the visibility timeout.
+
+    A worker heartbeats the entries it holds from a thread of its own; if it
+    stops (the process is paused, or a task holds the GIL in C code), the
+    entry of a task still running within its time limit is taken over after
+    VISIBILITY_TIMEOUT and the task runs a second time, concurrently, before
+    its own limit would have stopped the first run.
+    """
+    timeout = settings.visibility_timeout
+    limits: list[tuple[str, float]] = []
+    if settings.time_limit is not None:
+        limits.append(('DELAYQ["TIME_LIMIT"]', settings.time_limit))
+    for name, registered in sorted(registry.all_tasks().items()):
+        if registered.time_limit is not None:
+            limits.append((f"task {name!r}'s time_limit", registered.time_limit))
+    return [
+        Warning(
+            f'DELAYQ["VISIBILITY_TIMEOUT"] ({timeout:g} s) is shorter than '
+            f"{what} ({limit:g} s): if its worker stops heartbeating while such "
+            f"a task runs (a paused process, a task holding the GIL), another "
+            f"worker takes the task over and runs it again before the limit "
+            f"stops the first run.",
+            hint=f'Raise DELAYQ["VISIBILITY_TIMEOUT"] above {limit:g} s, or '
+            f"lower the time limit.",
+            id=check_ids.VISIBILITY_BELOW_TIME_LIMIT,
+        )
+        for what, limit in limits
+        if limit > timeout
+    ]
 
 
 def _url_warnings(settings: conf.Settings) -> list[CheckMessage]:

@@ -26,6 +26,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django_delayq",
+    "health_check",
     "tests.testapp",
     "tests.discovered",
 ]

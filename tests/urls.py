@@ -2,5 +2,14 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import path
+from health_check.views import HealthCheckView
 
-urlpatterns = [path("admin/", admin.site.urls)]
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    # django_delayq.health, registered as its docs say.
+    path(
+        "ht/",
+        HealthCheckView.as_view(checks=["django_delayq.health.DelayQueue"]),
+        name="health",
+    ),
+]

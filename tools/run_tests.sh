@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Run the test suite in each matrix leg's virtualenv, once per database.
 #
-#   tools/run_tests.sh [--dbs "sqlite postgres"] [--faults LEG] [--browser LEG]
-#                      [LEG ...]
+#   tools/run_tests.sh [--dbs "sqlite postgres"] [--faults LEG]
+#                      [--browser "LEG ..."] [LEG ...]
 #
 # Each leg also runs Django's own Tasks test suite against the backend
 # (tools/django_tasks_suite.py), once, on the last database; on a leg whose
@@ -15,11 +15,12 @@
 # the process tests and the Redis Sentinel and Redis Cluster scenarios
 # (TOPOLOGY_TESTS) against the last one only (they exercise processes, signals
 # and Redis topologies, not the database).
-# Likewise the browser tests (tests/browser: the example shop and the admin
-# in headless Chromium, on the example's own SQLite file): with --browser LEG
-# they run once, last, in LEG, and leave their screenshots in
-# .venv/logs/screenshots (or DELAYQ_SCREENSHOTS). They need Debian's chromium
-# (tools/bootstrap.sh --browser); without it they fail.
+# The browser tests (tests/browser: the example shop and the admin in
+# headless Chromium, on the example's own SQLite file) run last, once in each
+# leg that --browser names (one or several, space-separated: the admin's
+# markup differs between Django versions), and leave their screenshots in
+# .venv/logs/screenshots/LEG (or DELAYQ_SCREENSHOTS/LEG). They need Debian's
+# chromium (tools/bootstrap.sh --browser); without it they fail.
 #
 # PYTEST_ARGS (environment) is added to every pytest command line, with shell
 # quoting, e.g. PYTEST_ARGS='-x -k "dispatch and not slow"'.
@@ -50,18 +51,18 @@ TOPOLOGY_TESTS=(
     tests/faults/test_cluster_faults.py
 )
 faults_leg=""
-browser_leg=""
+browser_legs=()
 legs=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --dbs) dbs=$2; shift 2 ;;
         --faults) faults_leg=$2; shift 2 ;;
-        --browser) browser_leg=$2; shift 2 ;;
+        --browser) read -ra more <<<"$2"; browser_legs+=("${more[@]}"); shift 2 ;;
         -*) echo "run_tests: unknown option $1" >&2; exit 2 ;;
         *) legs+=("$1"); shift ;;
     esac
 done
-[[ ${#legs[@]} -gt 0 || -n $faults_leg || -n $browser_leg ]] ||
+[[ ${#legs[@]} -gt 0 || -n $faults_leg || ${#browser_legs[@]} -gt 0 ]] ||
     { echo "run_tests: no matrix leg given" >&2; exit 2; }
 
 # Quoting in PYTEST_ARGS is honoured, as on a command line.
@@ -172,13 +173,15 @@ if [[ -n $faults_leg ]]; then
     done
 fi
 
-if [[ -n $browser_leg ]]; then
+if [[ ${#browser_legs[@]} -gt 0 ]]; then
     # The example shop keeps its data in its own SQLite file, whatever the
-    # suite's database: one run is enough.
-    export DELAYQ_SCREENSHOTS=${DELAYQ_SCREENSHOTS:-$logs/screenshots}
-    run_pytest "$browser_leg" sqlite "browser-$browser_leg" tests/browser \
-        "${pytest_args[@]}"
-    printf 'run_tests: browser screenshots in %s\n' "$DELAYQ_SCREENSHOTS"
+    # suite's database: one run per leg is enough.
+    screenshots=${DELAYQ_SCREENSHOTS:-$logs/screenshots}
+    for leg in "${browser_legs[@]}"; do
+        DELAYQ_SCREENSHOTS=$screenshots/$leg run_pytest "$leg" sqlite \
+            "browser-$leg" tests/browser "${pytest_args[@]}"
+    done
+    printf 'run_tests: browser screenshots in %s\n' "$screenshots"
 fi
 
 printf '\nTest matrix:\n'

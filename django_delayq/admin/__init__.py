@@ -4,6 +4,9 @@ Registers :class:`~django_delayq.admin.tasks.DelayedTaskAdmin` (the task
 list, each task's page, the cancel / run now / retry actions and the
 dashboard) and :class:`~django_delayq.admin.outbox.OutboxEntryAdmin` on the
 default admin site. Both are read only: rows change through the public API.
+
+The site's index links to the dashboard too, through an index template that
+extends the admin's own, unless the site already has an ``index_template``.
 """
 
 from __future__ import annotations
@@ -18,3 +21,5 @@ __all__ = ["DelayedTaskAdmin", "OutboxEntryAdmin"]
 
 admin.site.register(DelayedTask, DelayedTaskAdmin)
 admin.site.register(OutboxEntry, OutboxEntryAdmin)
+if admin.site.index_template is None:
+    admin.site.index_template = "admin/django_delayq/index.html"

@@ -67,6 +67,10 @@ class TaskAction:
     done: Callable[[int], str]
     skipped: Callable[[int], str]
     logged: _StrPromise  # the admin history's change message
+    #: the confirmation's count of the tasks it applies to (at least one)
+    applies: Callable[[int], str]
+    #: the confirmation's words when it applies to none of them
+    applies_to_none: _StrPromise
 
 
 def _cancel(task_id: uuid.UUID) -> tuple[Result, str]:
@@ -116,6 +120,17 @@ CANCEL = TaskAction(
     ),
     skipped=_not_scheduled,
     logged=gettext_lazy("Cancelled in the admin."),
+    applies=lambda n: (
+        ngettext(
+            "%(count)d of the selected tasks is scheduled and will be cancelled.",
+            "%(count)d of the selected tasks are scheduled and will be cancelled.",
+            n,
+        )
+        % {"count": n}
+    ),
+    applies_to_none=gettext_lazy(
+        "None of the selected tasks is scheduled, so this would change nothing."
+    ),
 )
 
 RUN_NOW = TaskAction(
@@ -135,6 +150,17 @@ RUN_NOW = TaskAction(
     ),
     skipped=_not_scheduled,
     logged=gettext_lazy("Set to run now in the admin."),
+    applies=lambda n: (
+        ngettext(
+            "%(count)d of the selected tasks is scheduled and will run now.",
+            "%(count)d of the selected tasks are scheduled and will run now.",
+            n,
+        )
+        % {"count": n}
+    ),
+    applies_to_none=gettext_lazy(
+        "None of the selected tasks is scheduled, so this would change nothing."
+    ),
 )
 
 RETRY = TaskAction(
@@ -155,13 +181,24 @@ RETRY = TaskAction(
     ),
     skipped=lambda n: (
         ngettext(
-            "%(count)d was not failed and was left alone",
-            "%(count)d were not failed and were left alone",
+            "%(count)d had not failed and was left alone",
+            "%(count)d had not failed and were left alone",
             n,
         )
         % {"count": n}
     ),
     logged=gettext_lazy("Retried in the admin."),
+    applies=lambda n: (
+        ngettext(
+            "%(count)d of the selected tasks has failed and will be retried.",
+            "%(count)d of the selected tasks have failed and will be retried.",
+            n,
+        )
+        % {"count": n}
+    ),
+    applies_to_none=gettext_lazy(
+        "None of the selected tasks has failed, so this would change nothing."
+    ),
 )
 
 ACTIONS = (CANCEL, RUN_NOW, RETRY)
@@ -239,7 +276,11 @@ def perform(
     if len(refusals) > REPORTED:
         model_admin.message_user(
             request,
-            _("%(count)d more tasks could not be retried for the same reason.")
+            ngettext(
+                "%(count)d more task could not be retried for the same reason.",
+                "%(count)d more tasks could not be retried for the same reason.",
+                len(refusals) - REPORTED,
+            )
             % {"count": len(refusals) - REPORTED},
             messages.ERROR,
         )
@@ -247,10 +288,14 @@ def perform(
     if left > 0:
         model_admin.message_user(
             request,
-            _(
+            ngettext(
+                "%(left)d more selected task was not handled: an action "
+                "handles at most %(limit)d tasks at a time. Run it again for "
+                "the rest.",
                 "%(left)d more selected tasks were not handled: an action "
                 "handles at most %(limit)d tasks at a time. Run it again for "
-                "the rest."
+                "the rest.",
+                left,
             )
             % {"left": left, "limit": ACTION_LIMIT},
             messages.WARNING,
@@ -312,21 +357,11 @@ def _confirmation(
         )
     else:
         back = request.get_full_path()
-    status = Status(action.applies_to).label
-    if candidates:
-        summary = ngettext(
-            "%(count)d of the selected tasks is %(status)s.",
-            "%(count)d of the selected tasks are %(status)s.",
-            candidates,
-        ) % {"count": candidates, "status": status}
-    else:
-        summary = _(
-            "None of the selected tasks is %(status)s, so this would change nothing."
-        ) % {"status": status}
+    summary = action.applies(candidates) if candidates else str(action.applies_to_none)
     others = total - candidates
     left_alone = ngettext(
-        "%(count)d is not, and is left alone.",
-        "%(count)d are not, and are left alone.",
+        "The other one is left alone.",
+        "The other %(count)d are left alone.",
         others,
     ) % {"count": others}
     over_limit = _(

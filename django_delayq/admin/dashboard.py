@@ -1,6 +1,7 @@
 """The dashboard page: the queues' state from the database and from Redis.
 
-The database figures always show. Redis is read in one round trip with the
+The database figures always show. Redis is read in three round trips (the
+shards, the workers' heartbeats, the activity counters), each with the
 short ``REDIS_TIMEOUT`` of the scheduling path; when it fails or times out
 the page says so in a banner and shows the database side only.
 """
@@ -24,10 +25,10 @@ from django.utils.translation import gettext as _
 from ..conf import get_settings
 from ..exceptions import RedisUnavailable
 from ..models import Status
-from ..store import stats
+from ..store import activity, stats
 from ..store.connection import get_client
 from ..store.errors import error_text
-from . import chart, display, figures
+from . import activity_charts, chart, display, figures
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,8 @@ class RedisView:
     dispatchers: list[Dispatcher] = field(default_factory=list)
     workers: list[WorkerProcess] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: the workers' counters of the last hour, oldest minute first
+    minutes: list[activity.Minute] = field(default_factory=list)
     due: int = 0
     waiting: int = 0
     pending: int = 0
@@ -110,7 +113,7 @@ def render(
         ],
         "overdue_url": _filtered(changelist, status=Status.SCHEDULED),
         "worst_lateness": (
-            display.duration(db.worst_lateness) if db.worst_lateness else ""
+            display.lateness_text(db.worst_lateness) if db.worst_lateness else ""
         ),
         "overdue_tasks": [
             {
@@ -137,6 +140,8 @@ def render(
             else ""
         ),
         "chart": chart.per_minute(db.due_per_minute, db.chart_start),
+        "activity_chart": activity_charts.activity(live.minutes),
+        "lateness_chart": activity_charts.lateness(live.minutes),
         "changelist_url": changelist,
         "generated_at": display.timestamp(now),
         **display.breadcrumbs(model_admin.opts, site, (None, _("Dashboard"))),
@@ -156,6 +161,9 @@ def read_redis(now: datetime.datetime) -> RedisView:
             client, settings.key_prefix, settings.queues.values()
         )
         alive = stats.live_workers(client, settings.key_prefix)
+        minutes = activity.read_hour(
+            client, settings.key_prefix, settings.queues.values(), now
+        )
     except RedisUnavailable as exc:
         logger.warning(
             "django-delayq admin: Redis at %s did not answer (%s)",
@@ -163,7 +171,7 @@ def read_redis(now: datetime.datetime) -> RedisView:
             error_text(exc),
         )
         return RedisView(location=location, error=error_text(exc))
-    view = RedisView(location=location)
+    view = RedisView(location=location, minutes=minutes)
     holders: dict[str, Dispatcher] = {}
     workers: dict[str, dict[str, Any]] = {}
     for state in shards:
@@ -205,8 +213,18 @@ def read_redis(now: datetime.datetime) -> RedisView:
         view.pending += state.pending
         view.dead += state.dead
     view.dispatchers = sorted(holders.values(), key=lambda d: d.token)
-    for name in set(alive) - set(workers):  # up, and has read nothing yet
-        workers[name] = {"threads": set(), "shards": set(), "pending": 0, "idle": None}
+    for name, queues in alive.items():
+        seen = workers.setdefault(  # up, and maybe has read nothing yet
+            name, {"threads": set(), "shards": set(), "pending": 0, "idle": None}
+        )
+        # The shards it reads, from the queues its heartbeat names: those
+        # that delivered nothing to it yet count too.
+        seen["shards"].update(
+            f"{queue}:{number}"
+            for queue in queues
+            if queue in settings.queues
+            for number in range(settings.queues[queue].shards)
+        )
     view.workers = [
         WorkerProcess(
             name=name,

@@ -47,6 +47,22 @@ def duration(seconds: float) -> str:
     return _("%(n)d days") % {"n": hours // 24}
 
 
+def lateness_text(seconds: float) -> str:
+    """How late a run started: ``'3 ms'``, ``'1.2 s'``, ``'14 min'``.
+
+    Rounded to the nearest millisecond, and to a tenth of a second from one
+    second on: lateness is read to compare runs, and "1 s" would hide the
+    difference between 1.0 and 1.9. The example project's shop page writes
+    it with this function too, so both pages say the same of one task.
+    """
+    ms = max(0, round(seconds * 1000))
+    if ms < 1000:
+        return _("%(n)d ms") % {"n": ms}
+    if ms < 60_000:
+        return _("%(n).1f s") % {"n": ms / 1000}
+    return duration(ms / 1000)
+
+
 def until(moment: datetime.datetime, now: datetime.datetime) -> str:
     """``'in 14 min'``, ``'due now'`` or ``'overdue 2 min'``."""
     ahead = (moment - now).total_seconds()
@@ -78,13 +94,14 @@ def timing(task: DelayedTask, now: datetime.datetime) -> str:
     late = lateness(task)
     if late is None:
         return ""
+    on_time = round(late * 1000) <= 0
     if task.status == Status.RUNNING:
-        if late < 0.001:
+        if on_time:
             return _("started on time")
-        return _("started %(duration)s late") % {"duration": duration(late)}
-    if late < 0.001:
+        return _("started %(duration)s late") % {"duration": lateness_text(late)}
+    if on_time:
         return _("ran on time")
-    return _("ran %(duration)s late") % {"duration": duration(late)}
+    return _("ran %(duration)s late") % {"duration": lateness_text(late)}
 
 
 def timestamp(moment: datetime.datetime | None, *, precise: bool = False) -> str:

@@ -8,6 +8,7 @@ every key of one shard lives in one slot and each Lua script touches one slot)::
     <prefix>:{<queue>:<shard>}:wake   LIST    one element: "a new head arrived"
     <prefix>:{<queue>:<shard>}:lease  STRING  token of the dispatcher owning the shard
     <prefix>:{<queue>:<shard>}:dead   STREAM  entries no worker could run, with why
+    <prefix>:{<queue>:<shard>}:activity:<minute>  HASH  counters (store.activity)
 
 and, per prefix, ``<prefix>:owner`` (see :mod:`django_delayq.ownership`) and
 ``<prefix>:workers`` (:func:`workers_key`).

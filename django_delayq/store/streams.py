@@ -8,13 +8,13 @@ else in an entry is trusted; the worker loads everything it runs from the row.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
-from . import scripts
+from . import activity, scripts
 from .broken import is_wrong_type, keys_of_type, report_wrong_type
 from .errors import translated
 from .keys import decode_member
@@ -195,12 +195,19 @@ def heartbeat(client: redis.Redis, in_flight: dict[str, dict[bytes, str]]) -> No
 @translated
 def finish(client: redis.Redis, stream: str, entry_id: bytes) -> None:
     """Acknowledge and delete an entry, atomically (see ``lua/finish.lua``)."""
-    scripts.load("finish")(client, [stream], [GROUP, entry_id])
+    scripts.load("finish")(client, [stream], [GROUP, 1, entry_id])
 
 
 @translated
-def finish_many(client: redis.Redis, entries: Sequence[Entry]) -> None:
-    """Acknowledge and delete many entries, in one round trip.
+def finish_many(
+    client: redis.Redis,
+    entries: Sequence[Entry],
+    tallies: Mapping[str, activity.Tally] | None = None,
+) -> None:
+    """Acknowledge and delete many entries, in one round trip, and add each
+    stream's ``tallies`` (what its entries' tasks did) to its shard's
+    counters of this minute in the same script call
+    (:mod:`~django_delayq.store.activity`).
 
     One script call per stream: a call never spans two streams, whose keys
     may live on different cluster nodes.
@@ -209,11 +216,18 @@ def finish_many(client: redis.Redis, entries: Sequence[Entry]) -> None:
     for entry in entries:
         by_stream.setdefault(entry.stream, []).append(entry.entry_id)
     script = scripts.load("finish")
-    calls: list[tuple[list[str], list[scripts.ArgT]]] = [
-        ([stream], [GROUP, *ids[start : start + CHUNK]])
-        for stream, ids in by_stream.items()
-        for start in range(0, len(ids), CHUNK)
-    ]
+    minute = activity.current_minute()
+    calls: list[tuple[list[str], list[scripts.ArgT]]] = []
+    for stream, ids in by_stream.items():
+        tally = (tallies or {}).get(stream)
+        for start in range(0, len(ids), CHUNK):
+            chunk = ids[start : start + CHUNK]
+            keys = [stream]
+            argv: list[scripts.ArgT] = [GROUP, len(chunk), *chunk]
+            if start == 0 and tally is not None and tally.counts:
+                keys.append(activity.activity_key(stream, minute))
+                argv += activity.script_args(tally)
+            calls.append((keys, argv))
     if len(calls) == 1:
         script(client, *calls[0])
     elif calls:

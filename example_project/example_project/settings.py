@@ -74,6 +74,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DELAYQ = {
     "REDIS_URL": os.environ.get("DELAYQ_REDIS_URL", "redis://127.0.0.1:6379/0"),
     "QUEUES": {"orders": {"shards": 2}, "coupons": {"shards": 1}},
+    # Workers heartbeat every third of it; the browser tests shorten it to
+    # watch a heartbeat being renewed while a worker waits for work.
+    "VISIBILITY_TIMEOUT": float(os.environ.get("SHOP_VISIBILITY_TIMEOUT", "300")),
 }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
+from django_delayq.admin.display import lateness_text
 from django_delayq.models import DelayedTask, Status
 
 from .models import Coupon, Order
@@ -98,7 +99,8 @@ def describe(task: DelayedTask, now: datetime.datetime) -> str:
         return f"since {clock(task.started_at)}"
     if task.status == Status.SUCCEEDED:
         assert task.started_at is not None
-        return f"ran {lateness(task.started_at - task.run_at)} late"
+        late = (task.started_at - task.run_at).total_seconds()
+        return f"ran {lateness_text(late)} late"
     if task.status == Status.FAILED:
         return f"after {task.attempts} attempts: {task.last_error}"
     if task.finished_at is not None and task.finished_at < task.run_at:
@@ -123,12 +125,6 @@ def _two_units(major: int, major_unit: str, minor: int, minor_unit: str) -> str:
     if minor == 0:
         return f"{major} {major_unit}"
     return f"{major} {major_unit} {minor} {minor_unit}"
-
-
-def lateness(delta: datetime.timedelta) -> str:
-    """``"3 ms"`` under a second, else ``"1.2 s"``."""
-    ms = max(0, round(delta.total_seconds() * 1000))
-    return f"{ms} ms" if ms < 1000 else f"{ms / 1000:.1f} s"
 
 
 def clock(moment: datetime.datetime) -> str:

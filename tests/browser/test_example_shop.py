@@ -139,8 +139,9 @@ def test_a_new_order_shows_its_pending_cancel_task_in_the_admin(
         "shop.tasks.order_cancel",
         "orders",
         re.compile("scheduled", re.I),
-        # The admin's relative run_at: "in 9 min" or "in 10 min".
-        re.compile("in (9|10) min"),
+        # The admin's run_at, and under it the relative one: "in 9 min" or
+        # "in 10 min".
+        re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\s*in (9|10) min"),
     ]:
         expect(cell(listed, shown)).to_have_count(1)
     page.screenshot(path=screenshots / "admin-task-list.png", full_page=True)

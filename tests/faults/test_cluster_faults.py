@@ -24,9 +24,10 @@ from django.utils import timezone
 from redis.cluster import RedisCluster as ClusterClient
 
 from django_delayq import schedule
+from django_delayq.conf import get_settings
 from django_delayq.dispatcher import Dispatcher
 from django_delayq.models import DelayedTask
-from django_delayq.store import connection
+from django_delayq.store import activity, connection
 from django_delayq.store.keys import shard_keys, sweeper_lock_key
 from django_delayq.sweeper import Sweeper
 from django_delayq.worker import Worker
@@ -120,6 +121,16 @@ def test_every_shard_runs_in_process_on_its_own_node(
     rows = DelayedTask.objects.filter(pk__in=[t.pk for t in tasks])
     assert sorted(r.result for r in rows) == sorted(n + 1 for n in range(60))
     assert {r.status for r in rows} == {"succeeded"}
+    # The activity counters went with each shard's acknowledgement to its
+    # own node, and the dashboard's read gathers them from every node.
+    minutes = activity.read_hour(
+        connection.get_client("schedule"),
+        "delayq",
+        get_settings().queues.values(),
+        timezone.now(),
+    )
+    assert sum(m.started for m in minutes) == 60
+    assert sum(m.succeeded for m in minutes) == 60
 
 
 def test_a_sleeping_dispatcher_and_worker_are_woken_on_every_node(

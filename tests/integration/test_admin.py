@@ -129,7 +129,7 @@ def test_run_times_read_as_overdue_or_as_how_late_the_run_started(
     )
     page = text(admin_client.get(reverse(CHANGELIST)))
     assert "overdue 2 min" in page
-    assert "ran 3 s late" in page
+    assert "ran 3.4 s late" in page
     assert "1/3" in page
 
 
@@ -241,7 +241,7 @@ def test_the_task_page_shows_the_timeline_error_and_traceback(
     page = text(admin_client.get(change_url(task)))
     for event in ("Created", "Last run due", "Last run started", "Failed"):
         assert event in page
-    assert "ran 2 s late" in page
+    assert "ran 2.0 s late" in page
     assert "Runs started: 3 of 3 allowed. The last 2 were retries." in page
     assert "RuntimeError: card declined" in page
     assert "Traceback (most recent call last):" in page
@@ -311,8 +311,8 @@ def test_cancel_asks_for_confirmation_then_cancels_through_the_api(
     assert confirm.status_code == 200
     page = text(confirm)
     assert "Are you sure you want to cancel these tasks?" in page
-    assert "2 of the selected tasks are scheduled." in page
-    assert "1 is not, and is left alone." in page
+    assert "2 of the selected tasks are scheduled and will be cancelled." in page
+    assert "The other one is left alone." in page
     assert SURE in confirm.content.decode()
     # Nothing happened yet.
     assert refresh(a).status == Status.SCHEDULED
@@ -351,7 +351,7 @@ def test_retry_reschedules_failed_tasks_and_reports_a_held_key(
     holder = schedule(add, args=[3, 3], delay=60, key="invoice:9")
 
     page = text(post_action(admin_client, "retry_tasks", [plain, keyed, holder]))
-    assert "2 of the selected tasks are failed." in page
+    assert "2 of the selected tasks have failed and will be retried." in page
 
     response = post_action(
         admin_client, "retry_tasks", [plain, keyed, holder], post="yes"
@@ -361,7 +361,7 @@ def test_retry_reschedules_failed_tasks_and_reports_a_held_key(
     assert indexed_score(redis_client, row) == expected_score(row)
     assert refresh(keyed).status == Status.FAILED
     after = text(admin_client.get(response["Location"]))
-    assert "Retried 1 failed task; 1 was not failed and was left alone." in after
+    assert "Retried 1 failed task; 1 had not failed and was left alone." in after
     assert f"its key='invoice:9' is held by scheduled task {holder.pk}" in after
 
 
@@ -375,7 +375,9 @@ def test_select_all_across_pages_acts_on_the_filtered_list(admin_client, redis_c
         "select_across": "1",
     }
     confirm = admin_client.post(url, data)
-    assert "3 of the selected tasks are scheduled." in text(confirm)
+    assert "3 of the selected tasks are scheduled and will be cancelled." in text(
+        confirm
+    )
     assert 'name="select_across" value="1"' in confirm.content.decode()
     admin_client.post(url, {**data, "post": "yes"})
     assert all(refresh(t).status == Status.CANCELLED for t in orders)
@@ -523,6 +525,6 @@ def test_our_pages_draw_breadcrumbs_as_this_django_draws_its_own(
         ]
         assert [label for label in labels if label not in ("", "\u203a")][:3] == [
             "Home",
-            "Delayed tasks",
+            "Delay queue",
             "Delayed tasks",
         ]

@@ -263,7 +263,7 @@ def test_the_dashboard_needs_the_view_permission(django_user_model, redis_client
 
 
 def test_the_dashboard_is_linked_from_the_task_list_and_the_app_index(
-    admin_client, redis_client
+    admin_client, redis_client, django_user_model
 ):
     url = reverse(DASHBOARD)
     assert url.endswith("/django_delayq/delayedtask/dashboard/")
@@ -273,5 +273,41 @@ def test_the_dashboard_is_linked_from_the_task_list_and_the_app_index(
         reverse("admin:app_list", kwargs={"app_label": "django_delayq"})
     )
     assert f'href="{url}"' in app_index.content.decode()
+    index = admin_client.get(reverse("admin:index")).content.decode()
+    assert f'href="{url}"' in index
+    # Still the admin's own index around it: the apps are listed.
+    assert 'id="content-main"' in index
+    assert "Delay queue" in index
+    # A user who may not see the dashboard is not shown the link.
+    user = django_user_model.objects.create_user(
+        f"staff-{uuid.uuid4().hex[:6]}", password="unused", is_staff=True
+    )
+    client = Client()
+    client.force_login(user)
+    assert f'href="{url}"' not in client.get(reverse("admin:index")).content.decode()
     page = admin_client.get(url).content.decode()
     assert 'class="breadcrumbs"' in page
+
+
+def test_a_workers_shards_are_those_of_the_queues_it_reads(admin_client, redis_client):
+    # A worker serving default (1 shard) and orders (4 shards), to which only
+    # default:0 has delivered anything yet.
+    schedule(add, args=[1, 1])
+    call_command("delayq_dispatch", once=True, verbosity=0)
+    keys = shard_keys("delayq", "default", 0)
+    streams.ensure_groups(redis_client, [keys.ready])
+    redis_client.xreadgroup(
+        streams.GROUP, "web-3:99:feed01-0", {keys.ready: ">"}, count=1
+    )
+    seconds, _ = redis_client.time()
+    redis_client.zadd(
+        "delayq:workers",
+        {
+            "web-3:99:feed01#default,orders": seconds * 1000 + 60_000,
+            "web-4:5:cafe02#reports": seconds * 1000 + 60_000,
+        },
+    )
+    workers = section(admin_client.get(reverse(DASHBOARD)), "delayq-workers")
+    # name, threads, shards, tasks in hand
+    assert re.search(r"web-3:99:feed01 1 5 1 ", workers)
+    assert re.search(r"web-4:5:cafe02 0 1 0 nothing yet", workers)

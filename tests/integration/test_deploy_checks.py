@@ -57,3 +57,53 @@ def test_plaintext_to_another_host_is_flagged_without_waiting_for_it(settings):
     assert deploy_ids() == {"delayq.W004"}
     settings.DELAYQ = delayq_settings("rediss://:pw@192.0.2.10:6379/0")
     assert deploy_ids() == set()
+
+
+@pytest.mark.parametrize("server", [CAREFUL], indirect=True)
+def test_a_time_limit_longer_than_the_visibility_timeout_is_flagged(settings, server):
+    from django_delayq import task
+    from django_delayq.registry import unregister
+
+    settings.DELAYQ = {**delayq_settings(server.url), "VISIBILITY_TIMEOUT": 60}
+    assert deploy_ids() == set()  # the test tasks' limits are under a second
+
+    @task(name="reports.slow_export", time_limit=900)
+    def slow_export() -> None:
+        pass
+
+    try:
+        found = [
+            m
+            for m in checks.run_checks(
+                include_deployment_checks=True, tags=["django_delayq"]
+            )
+            if m.id == "delayq.W006"
+        ]
+        [warning] = found
+        assert "'reports.slow_export'" in warning.msg
+        assert "(60 s) is shorter than" in warning.msg
+        assert "(900 s)" in warning.msg
+        assert 'Raise DELAYQ["VISIBILITY_TIMEOUT"] above 900 s' in warning.hint
+        # The global limit is named on its own; one equal to the timeout is not.
+        settings.DELAYQ = {
+            **delayq_settings(server.url),
+            "VISIBILITY_TIMEOUT": 600,
+            "TIME_LIMIT": 601,
+        }
+        msgs = [
+            m.msg
+            for m in checks.run_checks(
+                include_deployment_checks=True, tags=["django_delayq"]
+            )
+            if m.id == "delayq.W006"
+        ]
+        assert len(msgs) == 2
+        assert any('DELAYQ["TIME_LIMIT"] (601 s)' in m for m in msgs)
+        settings.DELAYQ = {**delayq_settings(server.url), "VISIBILITY_TIMEOUT": 900}
+        assert deploy_ids() == set()
+        # Not by a plain `check`.
+        settings.DELAYQ = {**delayq_settings(server.url), "VISIBILITY_TIMEOUT": 60}
+        plain = {m.id for m in checks.run_checks(tags=["django_delayq"])}
+        assert "delayq.W006" not in plain
+    finally:
+        unregister("reports.slow_export")

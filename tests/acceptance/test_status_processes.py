@@ -1,0 +1,117 @@
+"""``manage.py delayq_status`` as a probe runs it: a process of its own, judging
+real dispatcher and worker processes that are killed, and a Redis stopped.
+
+Exit status 0 healthy, 1 degraded, 2 down.
+"""
+
+from __future__ import annotations
+
+import datetime
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from django_delayq import schedule
+from django_delayq.models import OutboxEntry
+from tests.acceptance.processes import ROOT, Processes, wait_for
+from tests.testapp.tasks import add
+from tools.servers import RedisServer
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
+
+#: Short, so that a killed process's lease or heartbeat lapses in seconds.
+LEASE_TTL = "2"
+VISIBILITY_TIMEOUT = "3"
+
+
+def probe(processes: Processes) -> tuple[int, str]:
+    """Run ``delayq_status`` as a probe would: its exit status and report."""
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "delayq_status"],
+        env=processes.env,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    return done.returncode, done.stdout.decode() + done.stderr.decode()
+
+
+def start_loops(
+    processes: Processes,
+) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+    dispatcher = processes.start("delayq_dispatch", "--lease-ttl", LEASE_TTL)
+    worker = processes.start(
+        "delayq_worker", "--visibility-timeout", VISIBILITY_TIMEOUT
+    )
+    wait_for(lambda: probe(processes)[0] == 0, 45, "healthy with both running")
+    return dispatcher, worker
+
+
+def test_a_killed_dispatcher_makes_the_status_degraded(processes: Processes) -> None:
+    dispatcher, _ = start_loops(processes)
+    dispatcher.send_signal(signal.SIGKILL)
+    dispatcher.wait(timeout=10)
+    # Its leases lapse after --lease-ttl; nobody takes the shards over.
+    wait_for(lambda: probe(processes)[0] == 1, 30, "degraded")
+    code, text = probe(processes)
+    assert code == 1
+    assert text.startswith("django-delayq: degraded\n")
+    assert "no dispatcher leases shard default:0 (is delayq_dispatch running?)" in text
+    assert "no live worker" not in text
+
+
+def test_a_killed_worker_makes_the_status_degraded(processes: Processes) -> None:
+    _, worker = start_loops(processes)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=10)
+    # Its heartbeat lapses after the visibility timeout.
+    wait_for(lambda: probe(processes)[0] == 1, 30, "degraded")
+    code, text = probe(processes)
+    assert code == 1
+    assert "no live worker serves queue 'default' (is delayq_worker running?)" in text
+    assert "no dispatcher leases" not in text
+
+
+def test_outbox_entries_left_unreplayed_make_the_status_degraded(
+    processes: Processes,
+) -> None:
+    start_loops(processes)
+    late = timezone.now() - datetime.timedelta(minutes=5)
+    task = schedule(add, args=[1, 2], delay=3600)
+    OutboxEntry.objects.create(
+        task_id=task.pk,
+        queue=task.queue,
+        shard=task.shard,
+        action=OutboxEntry.Action.SCHEDULE,
+        created_at=late,
+    )
+    code, text = probe(processes)
+    assert code == 1
+    assert "1 outbox entry older than 60 s" in text
+    assert "no dispatcher leases" not in text
+    assert "no live worker" not in text
+
+
+def test_redis_stopped_makes_the_status_down(
+    tmp_path: Path, processes: Processes
+) -> None:
+    server = RedisServer()
+    server.start()
+    try:
+        own = Processes({**processes.env, "DELAYQ_REDIS_URL": server.url}, tmp_path)
+        try:
+            start_loops(own)
+            server.stop()
+            code, text = probe(own)
+            assert code == 2
+            assert text.startswith("django-delayq: down\n")
+            assert "Redis does not answer (ConnectionError" in text
+        finally:
+            own.stop_all()
+    finally:
+        server.stop()
