@@ -17,8 +17,9 @@ from django.utils import timezone
 
 from django_delayq import schedule
 from django_delayq.models import OutboxEntry
-from tests.acceptance.processes import ROOT, Processes, wait_for
+from tests.acceptance.processes import ROOT, Processes
 from tests.testapp.tasks import add
+from tools.procs import wait_for
 from tools.servers import RedisServer
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]

@@ -22,7 +22,7 @@ import pytest
 import redis
 from playwright.sync_api import Browser, Page, expect
 
-from tests.acceptance.processes import ExampleShop, wait_for
+from tests.acceptance.processes import ExampleShop
 from tests.browser.test_example_shop import (
     DASHBOARD,
     TASKS,
@@ -31,6 +31,7 @@ from tests.browser.test_example_shop import (
     log_in,
     order_id,
 )
+from tools.procs import wait_for
 from tools.servers import RedisServer
 
 pytestmark = pytest.mark.timeout(240)
