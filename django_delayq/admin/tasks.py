@@ -28,11 +28,6 @@ from ..models import DelayedTask
 from ..text import clipped
 from . import dashboard, display
 from .actions import (
-    ACTIONS,
-    CANCEL,
-    RETRY,
-    RUN_NOW,
-    TaskAction,
     allowed,
     cancel_tasks,
     confirm_or_perform,
@@ -41,6 +36,7 @@ from .actions import (
 )
 from .filters import QueueFilter, TaskNameFilter
 from .readonly import ReadOnlyAdmin
+from .task_actions import ACTIONS, CANCEL, RETRY, RUN_NOW, TaskAction
 
 #: Columns the list never shows: not loading them keeps a page of 100 rows
 #: small whatever the payloads weigh.
