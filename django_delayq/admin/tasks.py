@@ -62,6 +62,7 @@ class DelayedTaskAdmin(ReadOnlyAdmin):
     list_display = (
         "name",
         "queue",
+        "priority",
         "status_label",
         "run_at_label",
         "timing_label",
@@ -95,6 +96,7 @@ class DelayedTaskAdmin(ReadOnlyAdmin):
                     "id",
                     "name",
                     "queue",
+                    "priority",
                     "key",
                     "status_label",
                     "attempts_label",
