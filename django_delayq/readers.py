@@ -1,4 +1,5 @@
-"""Reading the ready streams of a Redis Cluster: one blocking read per shard.
+"""Reading the ready streams, highest priority band first; on a Redis
+Cluster, one reader thread per shard.
 
 A shard has one ready stream per priority band. A read takes the highest
 band's entries first, and a lower band's only for what the higher bands could
@@ -34,6 +35,7 @@ from .inflight import InFlight
 from .store import streams
 from .store.connection import Client, get_client
 from .store.errors import error_text
+from .store.keys import BANDS
 from .timing import retry_pause
 
 logger = logging.getLogger(__name__)
@@ -79,7 +81,7 @@ def read_bands(
         return read
     # Highest bands first: of streams filled at once (one move), Redis
     # serves a blocked reader the first it names.
-    every = [bands[rank] for rank in range(3) for bands in shards]
+    every = [bands[rank] for rank in range(len(BANDS)) for bands in shards]
     return streams.by_band(
         streams.read(client, consumer, every, count=count, block_ms=block_ms)
     )

@@ -184,3 +184,17 @@ def test_task_decorator_priority_is_the_default_and_schedule_overrides_it():
     assert schedule(urgent).priority == 50
     assert schedule(urgent, priority=0).priority == 0
     assert urgent.schedule(priority=-5).priority == -5
+
+
+def test_the_ready_backlog_counts_every_band(redis_client):
+    from django_delayq.conf import get_settings
+    from django_delayq.store import stats
+
+    for priority in (1, 0, -1, -1):
+        schedule(add, args=[1, 1], priority=priority)
+    assert Dispatcher().run(once=True).moved == 4
+    settings = get_settings()
+    [state] = stats.read_shards(
+        redis_client, settings.key_prefix, [settings.queue("default")]
+    )
+    assert (state.ready, state.waiting, state.pending) == (4, 4, 0)
