@@ -54,6 +54,7 @@ class Call:
     queue: str | None = None
     key: str | None = None
     max_attempts: int | None = None
+    priority: int | None = None
 
 
 def schedule(
@@ -67,6 +68,7 @@ def schedule(
     key: str | None = None,
     replace: bool = False,
     max_attempts: int | None = None,
+    priority: int | None = None,
     using: str | None = None,
 ) -> DelayedTask:
     """Schedule a registered task to run after ``delay`` seconds or at ``eta``.
@@ -85,6 +87,9 @@ def schedule(
         and schedule this one in its place. A running holder cannot be
         replaced (:class:`~django_delayq.exceptions.DuplicateTask`).
     :param max_attempts: overrides the task's ``max_attempts``.
+    :param priority: overrides the task's ``priority`` (default 0): an
+        integer from -100 to 100. Among tasks that are due, those of a higher
+        band start first: high (above 0), normal (0), low (below 0).
     :param using: the database alias; defaults to the router's choice.
     :returns: the saved :class:`~django_delayq.models.DelayedTask`.
     """
@@ -95,7 +100,7 @@ def schedule(
             "replace=True needs key=: it replaces the task holding that key."
         )
     task = _prepare(
-        Call(fn_or_name, args, kwargs, delay, eta, queue, key, max_attempts)
+        Call(fn_or_name, args, kwargs, delay, eta, queue, key, max_attempts, priority)
     )
     db = write_alias(using)
     if key is None:
@@ -163,6 +168,7 @@ class _Target:
     queue: str
     shards: int
     max_attempts: int
+    priority: int
 
 
 def _target(call: Call) -> _Target:
@@ -179,7 +185,9 @@ def _target(call: Call) -> _Target:
     if max_attempts is None:
         max_attempts = registered.max_attempts or settings.max_attempts
     registry.validate_max_attempts(max_attempts, where="max_attempts=")
-    return _Target(registered.name, queue.name, queue.shards, max_attempts)
+    priority = registered.priority if call.priority is None else call.priority
+    registry.validate_priority(priority, where="priority=")
+    return _Target(registered.name, queue.name, queue.shards, max_attempts, priority)
 
 
 def _prepare(
@@ -203,8 +211,10 @@ def _prepare(
             isinstance(call.task, registry.Task | str)
             and isinstance(call.queue, str | None)
             and isinstance(call.max_attempts, int | None)
+            and isinstance(call.priority, int | None)
+            and not isinstance(call.priority, bool)  # True == 1 as a key
         )
-        cache_key = (call.task, call.queue, call.max_attempts)
+        cache_key = (call.task, call.queue, call.max_attempts, call.priority)
         found = targets.get(cache_key) if cacheable else None
         if found is None:
             found = _target(call)
@@ -238,6 +248,7 @@ def _prepare(
             "status": Status.SCHEDULED,
             "attempts": 0,
             "max_attempts": target.max_attempts,
+            "priority": target.priority,
             "claim_entry": "",
             "worker_ids": [],
             "created_at": now,

@@ -114,7 +114,8 @@ def execute(
         # An entry id is unique within one stream only: the same id in
         # another stream (forged, or written by hand) is not the delivery
         # that claimed the attempt, and must not run it a second time.
-        own = shard_keys(get_settings().key_prefix, row.queue, row.shard).ready
+        keys = shard_keys(get_settings().key_prefix, row.queue, row.shard)
+        own = keys.ready_of(row.priority)
         if stream != own:
             return Outcome(
                 Disposition.DEAD,

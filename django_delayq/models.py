@@ -71,6 +71,14 @@ class DelayedTask(models.Model):
         _("attempts"), default=0, help_text=_("Runs started so far.")
     )
     max_attempts = models.PositiveIntegerField(_("max attempts"), default=3)
+    priority = models.SmallIntegerField(
+        _("priority"),
+        default=0,
+        help_text=_(
+            "From -100 to 100: among due tasks, a higher band (above 0, 0, "
+            "below 0) starts first."
+        ),
+    )
     claim_entry = models.CharField(
         _("claiming stream entry"),
         max_length=64,

@@ -24,4 +24,5 @@ class ScheduleOptions(TypedDict, total=False):
     key: str | None
     replace: bool
     max_attempts: int | None
+    priority: int | None
     using: str | None

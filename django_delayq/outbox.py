@@ -33,7 +33,9 @@ _REPLAY_BACKOFF_CAP = 300.0
 
 
 def entry_of(task: DelayedTask) -> index.IndexEntry:
-    return index.IndexEntry(task.pk, task.queue, task.shard, to_score(task.run_at))
+    return index.IndexEntry(
+        task.pk, task.queue, task.shard, to_score(task.run_at), task.priority
+    )
 
 
 def index_after_commit(tasks: Sequence[DelayedTask], action: str, using: str) -> None:

@@ -1,14 +1,22 @@
-"""Reading the ready streams of a Redis Cluster: one blocking read per shard.
+"""Reading the ready streams, highest priority band first; on a Redis
+Cluster, one reader thread per shard.
 
-On a single Redis each worker thread blocks on every stream it serves with
-one ``XREADGROUP``. On a Redis Cluster a command may only name keys of one
-slot, and each shard is a slot of its own, possibly on another node. So a
-worker process on a cluster runs one *reader* thread per stream: each is a
-consumer of its stream's group, blocks on that stream alone, and puts what
-it reads into the worker's backlog (:class:`~django_delayq.inflight.InFlight`),
-where the worker threads wait for it. An entry is therefore read as soon as
-it is added to any shard, with no polling: idle, a reader costs one command
-per ``READ_BLOCK_MS`` for its shard.
+A shard has one ready stream per priority band. A read takes the highest
+band's entries first, and a lower band's only for what the higher bands could
+not fill (``lua/read.lua``, one script per shard); only when every band is
+empty does it block, with one ``XREADGROUP`` of the streams, highest bands
+first.
+
+On a single Redis each worker thread reads every stream it serves that way.
+On a Redis Cluster a command may only name keys of one slot, and each shard
+is a slot of its own, possibly on another node. So a worker process on a
+cluster runs one *reader* thread per shard: each is a consumer of its
+shard's groups, blocks on that shard's band streams alone (one slot), and
+puts what it reads into the worker's backlog
+(:class:`~django_delayq.inflight.InFlight`), where the worker threads wait
+for it. An entry is therefore read as soon as it is added to any shard, with
+no polling: idle, a reader costs one command per ``READ_BLOCK_MS`` for its
+shard.
 
 A reader reads only while the backlog is short (about one group's worth per
 worker thread), so a busy worker does not take entries that another, idle
@@ -27,6 +35,7 @@ from .inflight import InFlight
 from .store import streams
 from .store.connection import Client, get_client
 from .store.errors import error_text
+from .store.keys import BANDS
 from .timing import retry_pause
 
 logger = logging.getLogger(__name__)
@@ -35,33 +44,54 @@ logger = logging.getLogger(__name__)
 def read_now(
     client: Client,
     consumer: str,
-    stream_names: Sequence[str],
+    shards: Sequence[Sequence[str]],
     *,
     count: int,
     block_ms: int | None,
     one_at_a_time: bool,
 ) -> list[streams.Entry]:
-    """Read new entries for ``consumer`` from its own thread.
+    """Read new entries for ``consumer`` from its own thread, highest band
+    first; ``shards`` holds each shard's ready streams, highest band first.
 
-    On one Redis: one read of every stream, blocking up to ``block_ms``
-    (``None``: not at all). On a cluster (``one_at_a_time``; only for
-    ``--once``, as readers read otherwise): each stream in turn, without
-    blocking, until one has entries.
+    On one Redis: every shard's bands, then (if nothing was there) a
+    blocking read of every stream up to ``block_ms`` (``None``: none). On a
+    cluster (``one_at_a_time``; only for ``--once``, as readers read
+    otherwise): each shard in turn, without blocking, until one has entries.
     """
     if not one_at_a_time:
-        return streams.read(
-            client, consumer, stream_names, count=count, block_ms=block_ms
-        )
-    for stream in stream_names:
-        if read := streams.read(client, consumer, [stream], count=count, block_ms=None):
+        return read_bands(client, consumer, shards, count=count, block_ms=block_ms)
+    for bands in shards:
+        if read := streams.read_bands(client, consumer, [bands], count=count):
             return read
     return []
 
 
-class StreamReaders:
-    """One reader thread per stream, feeding a worker's backlog.
+def read_bands(
+    client: Client,
+    consumer: str,
+    shards: Sequence[Sequence[str]],
+    *,
+    count: int,
+    block_ms: int | None,
+) -> list[streams.Entry]:
+    """The shards' entries highest band first; if there are none, wait up to
+    ``block_ms`` for the next ones."""
+    read = streams.read_bands(client, consumer, shards, count=count)
+    if read or block_ms is None:
+        return read
+    # Highest bands first: of streams filled at once (one move), Redis
+    # serves a blocked reader the first it names.
+    every = [bands[rank] for rank in range(len(BANDS)) for bands in shards]
+    return streams.by_band(
+        streams.read(client, consumer, every, count=count, block_ms=block_ms)
+    )
 
-    :param consumer_prefix: a reader of stream N is consumer
+
+class StreamReaders:
+    """One reader thread per shard, feeding a worker's backlog.
+
+    :param shards: each shard's ready streams, highest band first.
+    :param consumer_prefix: a reader of shard N is consumer
         ``<consumer_prefix>r<N>``.
     :param batch: how many entries a read takes at most, asked before each
         read (the next group's size, or the prefetch if more).
@@ -70,7 +100,7 @@ class StreamReaders:
 
     def __init__(
         self,
-        stream_names: Sequence[str],
+        shards: Sequence[Sequence[str]],
         in_flight: InFlight,
         *,
         consumer_prefix: str,
@@ -84,19 +114,20 @@ class StreamReaders:
         self.batch = batch
         self.backlog_limit = backlog_limit
         self.block_ms = block_ms
+        self.shards = [tuple(bands) for bands in shards]
         self.consumers = {
-            stream: f"{consumer_prefix}r{number}"
-            for number, stream in enumerate(stream_names)
+            bands: f"{consumer_prefix}r{number}"
+            for number, bands in enumerate(self.shards)
         }
         self._threads: list[threading.Thread] = []
         #: notified when worker threads take from the backlog
         self._room = threading.Event()
 
     def start(self) -> None:
-        for number, stream in enumerate(self.consumers):
+        for number, bands in enumerate(self.shards):
             thread = threading.Thread(
                 target=self._read,
-                args=(stream,),
+                args=(bands,),
                 name=f"delayq-reader-{number}",
                 daemon=True,
             )
@@ -112,9 +143,9 @@ class StreamReaders:
         for thread in self._threads:
             thread.join(timeout=self.block_ms / 1000 + 5)
 
-    def _read(self, stream: str) -> None:
+    def _read(self, bands: tuple[str, ...]) -> None:
         client = get_client("blocking")
-        consumer = self.consumers[stream]
+        consumer = self.consumers[bands]
         failures = 0
         while not self.stopping.is_set():
             if self.in_flight.waiting() >= self.backlog_limit():
@@ -124,10 +155,10 @@ class StreamReaders:
                     self._room.wait(self.block_ms / 1000)
                 continue
             try:
-                read = streams.read(
+                read = read_bands(
                     client,
                     consumer,
-                    [stream],
+                    [bands],
                     count=self.batch(),
                     block_ms=self.block_ms,
                 )

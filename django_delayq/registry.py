@@ -42,6 +42,7 @@ class Task(Generic[P, R]):
         max_attempts: int | None = None,
         atomic: bool = True,
         time_limit: float | None = None,
+        priority: int = 0,
     ) -> None:
         self.func = func
         self.name = name
@@ -49,6 +50,7 @@ class Task(Generic[P, R]):
         self.max_attempts = max_attempts
         self.atomic = atomic
         self.time_limit = time_limit
+        self.priority = priority
         functools.update_wrapper(self, func)
 
     def __repr__(self) -> str:
@@ -95,6 +97,7 @@ def task(
     max_attempts: int | None = None,
     atomic: bool = True,
     time_limit: float | None = None,
+    priority: int = 0,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
@@ -107,6 +110,7 @@ def task(
     max_attempts: int | None = None,
     atomic: bool = True,
     time_limit: float | None = None,
+    priority: int = 0,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Register a function as a delayed task, as ``@task`` or ``@task(...)``.
 
@@ -128,6 +132,9 @@ def task(
         fails with :class:`~django_delayq.exceptions.TimeLimitExceeded`
         and is retried like any failure; a worker that cannot interrupt the
         function is replaced (see docs/guide/execution.md).
+    :param priority: the task's priority unless ``schedule()`` names one,
+        an integer from -100 to 100 (default 0): among due tasks, a higher
+        priority band starts first (see docs/guide/scheduling.md).
     """
 
     def decorate(fn: Callable[P, R]) -> Task[P, R]:
@@ -138,6 +145,7 @@ def task(
             max_attempts=max_attempts,
             atomic=atomic,
             time_limit=time_limit,
+            priority=priority,
         )
         register(registered)
         return registered
@@ -155,6 +163,7 @@ def _build(
     max_attempts: int | None,
     atomic: bool = True,
     time_limit: float | None = None,
+    priority: int = 0,
 ) -> Task[P, R]:
     if isinstance(fn, Task):
         raise InvalidTaskDefinition(f"{fn.name} is already a task; apply @task once.")
@@ -185,6 +194,10 @@ def _build(
             validate_max_attempts(max_attempts, where="@task(max_attempts=...)")
         except InvalidArgument as exc:
             raise InvalidTaskDefinition(str(exc)) from None
+    try:
+        validate_priority(priority, where="@task(priority=...)")
+    except InvalidArgument as exc:
+        raise InvalidTaskDefinition(str(exc)) from None
     if not isinstance(atomic, bool):
         raise InvalidTaskDefinition(
             f"@task(atomic=...) must be True or False; got {atomic!r}."
@@ -205,6 +218,7 @@ def _build(
         max_attempts=max_attempts,
         atomic=atomic,
         time_limit=None if time_limit is None else float(time_limit),
+        priority=priority,
     )
 
 
@@ -221,6 +235,23 @@ def validate_max_attempts(value: object, *, where: str) -> int:
         raise InvalidArgument(
             f"{where} must be an integer from 1 (no retries) to "
             f"{MAX_ATTEMPTS_LIMIT}; got {value!r}."
+        )
+    return value
+
+
+#: The priorities a task may have: Django's Tasks range.
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+
+
+def validate_priority(value: object, *, where: str) -> int:
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or not MIN_PRIORITY <= value <= MAX_PRIORITY
+    ):
+        raise InvalidArgument(
+            f"{where} must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY} "
+            f"(higher starts first; 0 is the default); got {value!r}."
         )
     return value
 

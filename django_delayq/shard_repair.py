@@ -21,7 +21,7 @@ from .models import DelayedTask, OutboxEntry, Status
 from .outbox import entry_of, index_after_commit
 from .store import broken, index, inspect
 from .store.connection import Client
-from .store.keys import shard_keys
+from .store.keys import band_of, encode_member, shard_keys
 from .sweep_result import SweepResult
 from .timing import to_score
 
@@ -51,23 +51,30 @@ def repair_shard(
         client,
         {
             keys.due: "zset",
-            keys.ready: "stream",
+            **{stream: "stream" for stream in keys.ready_bands},
             keys.wake: "list",
             keys.dead: "stream",
         },
     )
     scores = inspect.due_scores(client, keys.due, [row.pk for row in rows])
-    in_stream = inspect.stream_task_ids(client, keys.ready)
-    lost = [row for row in rows if scores[row.pk] is None and row.pk not in in_stream]
-    wrong = [
-        row
-        for row in rows
-        if scores[row.pk] is not None and scores[row.pk] != to_score(row.run_at)
-    ]
+    # An id in any band's stream is on its way to a worker: indexing it
+    # again would run it twice.
+    in_stream = inspect.stream_task_ids(client, keys.ready_bands)
+    lost = [row for row in rows if not scores[row.pk] and row.pk not in in_stream]
+    wrong = [row for row in rows if scores[row.pk] and _misplaced(row, scores[row.pk])]
     unchanged = _unchanged(db, lost + wrong)
     lost = [row for row in lost if row.pk in unchanged]
     wrong = [row for row in wrong if row.pk in unchanged]
     if lost or wrong:
+        strays = [
+            encode_member(row.pk, band)
+            for row in wrong
+            for band in scores[row.pk]
+            if band != band_of(row.priority)
+        ]
+        # Removed before the right member is added: never both, and a
+        # crash in between leaves a lost task, which the next pass finds.
+        index.remove_members(client, keys.due, strays)
         index.add([entry_of(row) for row in lost + wrong], client)
         result.reindexed += len(lost)
         result.corrected += len(wrong)
@@ -79,6 +86,12 @@ def repair_shard(
     for row in running:
         if row.pk not in in_stream:
             _recover(db, row, now, result)
+
+
+def _misplaced(row: DelayedTask, scores: dict[bytes, int]) -> bool:
+    """Whether a row's members are not exactly one, of its band, at its due
+    time: a wrong score or a wrong band is repaired alike."""
+    return scores != {band_of(row.priority): to_score(row.run_at)}
 
 
 def _unchanged(db: str, rows: list[DelayedTask]) -> set[uuid.UUID]:

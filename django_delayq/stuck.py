@@ -78,5 +78,6 @@ def _settle(client: Client, stuck: Stuck) -> None:
 
 
 def _entry(row: DelayedTask) -> streams.Entry:
-    ready = shard_keys(get_settings().key_prefix, row.queue, row.shard).ready
+    keys = shard_keys(get_settings().key_prefix, row.queue, row.shard)
+    ready = keys.ready_of(row.priority)
     return streams.Entry(ready, transitions.delivery_of(row.claim_entry).encode(), {})

@@ -191,7 +191,7 @@ class Sweeper:
         for row in (
             DelayedTask.objects.using(self.db)
             .filter(status=Status.SCHEDULED, run_at__lte=horizon)
-            .only("id", "queue", "shard", "run_at", "status", "attempts")
+            .only("id", "queue", "shard", "run_at", "status", "attempts", "priority")
             .order_by("run_at")  # the most overdue go back first
             .iterator(chunk_size=BATCH)
         ):
@@ -201,7 +201,14 @@ class Sweeper:
             DelayedTask.objects.using(self.db)
             .filter(status=Status.RUNNING, started_at__lt=stale_before)
             .only(
-                "id", "queue", "shard", "run_at", "status", "attempts", "max_attempts"
+                "id",
+                "queue",
+                "shard",
+                "run_at",
+                "status",
+                "attempts",
+                "max_attempts",
+                "priority",
             )
             .iterator(chunk_size=BATCH)
         ):

@@ -133,8 +133,10 @@ class Worker:
             for queue in self.queues
             for number in range(queue.shards)
         ]
-        self.streams = [k.ready for k in keys]
-        self.dead = {k.ready: k.dead for k in keys}
+        #: each shard's ready streams, highest band first
+        self.shards = [k.ready_bands for k in keys]
+        self.streams = [stream for bands in self.shards for stream in bands]
+        self.dead = {stream: k.dead for k in keys for stream in k.ready_bands}
         self.stats = WorkerStats()
         self._stats_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -146,7 +148,7 @@ class Worker:
         #: :mod:`django_delayq.readers`); on one Redis each thread reads
         self._readers = (
             StreamReaders(
-                self.streams,
+                self.shards,
                 self._in_flight,
                 consumer_prefix=f"{self.name}-",
                 stopping=self._stopping,
@@ -379,7 +381,7 @@ class Worker:
                     read = read_now(
                         client,
                         consumer,
-                        self.streams,
+                        self.shards,
                         count=max(self.prefetch, size),
                         block_ms=None if once else READ_BLOCK_MS,
                         one_at_a_time=self._readers is not None,

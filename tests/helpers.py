@@ -7,7 +7,7 @@ import uuid
 import redis
 
 from django_delayq.models import DelayedTask
-from django_delayq.store.keys import decode_member, encode_member, shard_keys
+from django_delayq.store.keys import band_of, decode_member, encode_member, shard_keys
 from django_delayq.timing import to_score
 
 
@@ -26,7 +26,8 @@ def due_members(client: redis.Redis) -> dict[uuid.UUID, int]:
 
 def indexed_score(client: redis.Redis, task: DelayedTask) -> int | None:
     """The task's score in its own shard's due-set, or None."""
-    score = client.zscore(due_key(task.queue, task.shard), encode_member(task.pk))
+    member = encode_member(task.pk, band_of(task.priority))
+    score = client.zscore(due_key(task.queue, task.shard), member)
     return None if score is None else int(score)
 
 

@@ -65,7 +65,6 @@ _DUMMY_REFRESH = (
     "only a worker changes (refresh() after a real run is tested through "
     "ImmediateBackend's tests)"
 )
-_NO_PRIORITY = "sets a priority, which this backend refuses (supports_priority False)"
 _OTHER_ALIAS = (
     "enqueues a task declared for one alias through another, with "
     "using(backend=...), which this backend refuses: a worker finds the task "
@@ -87,9 +86,6 @@ EXCLUDED: dict[str, str] = {
     "test_tasks.TaskTestCase.test_get_backend": _DUMMY + "isinstance",
     # Documented limits of this backend (docs/guide/django-tasks.md, "What
     # is not supported"): it refuses these with InvalidTask, as it should.
-    "test_tasks.TaskTestCase.test_using_priority": _NO_PRIORITY,
-    "test_tasks.TaskTestCase.test_chained_using": _NO_PRIORITY,
-    "test_tasks.TaskTestCase.test_invalid_priority": _NO_PRIORITY,
     "test_tasks.TaskTestCase.test_task_error_invalid_exception": _OTHER_ALIAS,
     "test_tasks.TaskTestCase.test_task_error_unknown_module": _OTHER_ALIAS,
     # Results live in the database here, not in memory.

@@ -58,6 +58,7 @@ class DelayedTaskAdmin(ReadOnlyAdmin):
     list_display = (
         "name",
         "queue",
+        "priority",
         "status_label",
         # The run time and how it relates to now in one column: with the
         # admin's side bar and filters open, seven columns clipped the last
@@ -93,6 +94,7 @@ class DelayedTaskAdmin(ReadOnlyAdmin):
                     "id",
                     "name",
                     "queue",
+                    "priority",
                     "key",
                     "status_label",
                     "attempts_label",

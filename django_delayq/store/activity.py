@@ -85,8 +85,12 @@ class Tally:
 
 
 def activity_key(ready_key: str, minute: int) -> str:
-    """The counters of the shard whose ready stream is ``ready_key``."""
-    return f"{ready_key.removesuffix(':ready')}:activity:{minute}"
+    """The counters of the shard whose ready stream (of any band) is
+    ``ready_key``: one hash per shard and minute, whatever the band."""
+    for suffix in (":ready:hi", ":ready:lo", ":ready"):
+        if ready_key.endswith(suffix):
+            return f"{ready_key.removesuffix(suffix)}:activity:{minute}"
+    raise ValueError(f"not a ready stream: {ready_key!r}")
 
 
 def current_minute(now: datetime.datetime | None = None) -> int:

@@ -15,7 +15,7 @@ from ..exceptions import RedisUnavailable
 from . import scripts
 from .broken import report_wrong_type, wrong_types
 from .errors import translated
-from .keys import ShardKeys, encode_member, shard_keys
+from .keys import ShardKeys, all_members, band_of, encode_member, shard_keys
 
 #: Members per script call: bounded so ``unpack()`` in Lua stays far from its
 #: stack limit and one call never blocks Redis for long.
@@ -27,6 +27,7 @@ class IndexEntry(NamedTuple):
     queue: str
     shard: int
     score: int  # run_at in epoch milliseconds
+    priority: int = 0
 
 
 @translated
@@ -43,7 +44,8 @@ def add(entries: Iterable[IndexEntry], client: redis.Redis) -> None:
         for start in range(0, len(group), CHUNK):
             argv: list[scripts.ArgT] = []
             for entry in group[start : start + CHUNK]:
-                argv += (entry.score, encode_member(entry.task_id))
+                member = encode_member(entry.task_id, band_of(entry.priority))
+                argv += (entry.score, member)
             calls.append(((keys.due, keys.wake), argv))
     if len(calls) == 1:
         add_script(client, *calls[0])
@@ -56,7 +58,9 @@ def remove(entries: Iterable[IndexEntry], client: redis.Redis) -> None:
     """Remove entries from their due-sets, in one round trip.
 
     An entry already moved to a ready stream stays there; the worker skips it
-    because the row says it is no longer scheduled.
+    because the row says it is no longer scheduled. Each task's member is
+    removed in every band: the caller needs no priority (an outbox entry has
+    none), and a stray member of a wrong band goes too.
     """
     prefix = get_settings().key_prefix
     groups = _by_shard(entries)
@@ -64,7 +68,7 @@ def remove(entries: Iterable[IndexEntry], client: redis.Redis) -> None:
         return
     pipe = client.pipeline(transaction=False)
     for (queue, shard), group in groups.items():
-        members = [encode_member(entry.task_id) for entry in group]
+        members = [m for entry in group for m in all_members(entry.task_id)]
         for start in range(0, len(members), CHUNK):
             pipe.zrem(
                 shard_keys(prefix, queue, shard).due, *members[start : start + CHUNK]
@@ -99,12 +103,15 @@ def move_due(client: redis.Redis, keys: ShardKeys, token: str, limit: int) -> Mo
     see ``lua/move.lua``)."""
     try:
         moved, head, redis_ms, redis_us = scripts.load("move")(
-            client, (keys.due, keys.ready, keys.lease), (token, limit)
+            client,
+            (keys.due, keys.ready, keys.lease, keys.ready_hi, keys.ready_lo),
+            (token, limit),
         )
     except RedisUnavailable as exc:  # scripts raise it already
         if "WRONGTYPE" in str(exc):
             # Say which key, which the script's error does not.
-            expected = {keys.due: "zset", keys.ready: "stream"}
+            expected = {keys.due: "zset"}
+            expected.update({stream: "stream" for stream in keys.ready_bands})
             for key, found in wrong_types(client, expected).items():
                 report_wrong_type(key, f"a {expected[key]}", f"a {found}")
         raise

@@ -10,7 +10,7 @@ from typing import Any
 import redis
 
 from .errors import translated
-from .keys import decode_member, encode_member
+from .keys import BANDS, all_members, decode_member
 
 PAGE = 1000
 
@@ -18,15 +18,21 @@ PAGE = 1000
 @translated
 def due_scores(
     client: redis.Redis, due: str, task_ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, int | None]:
-    """Each id's score in the due-set (None if absent), one ZMSCORE per page."""
-    found: dict[uuid.UUID, int | None] = {}
+) -> dict[uuid.UUID, dict[bytes, int]]:
+    """Each id's members in the due-set, in any band: band -> score (empty
+    if absent); one ZMSCORE per page."""
+    found: dict[uuid.UUID, dict[bytes, int]] = {}
     for start in range(0, len(task_ids), PAGE):
         page = task_ids[start : start + PAGE]
-        members: list[Any] = [encode_member(t) for t in page]
+        members: list[Any] = [m for t in page for m in all_members(t)]
         scores: Any = client.zmscore(due, members)
-        for task_id, score in zip(page, scores, strict=True):
-            found[task_id] = None if score is None else int(score)
+        for number, task_id in enumerate(page):
+            each = scores[number * len(BANDS) : (number + 1) * len(BANDS)]
+            found[task_id] = {
+                band: int(score)
+                for band, score in zip(BANDS, each, strict=True)
+                if score is not None
+            }
     return found
 
 
@@ -49,8 +55,16 @@ def due_members(
 
 
 @translated
-def stream_task_ids(client: redis.Redis, stream: str) -> set[uuid.UUID]:
-    """Every task id named by an entry still in a ready stream."""
+def stream_task_ids(client: redis.Redis, streams: Sequence[str]) -> set[uuid.UUID]:
+    """Every task id named by an entry still in one of the ready ``streams``
+    (a shard's bands)."""
+    ids: set[uuid.UUID] = set()
+    for stream in streams:
+        ids |= _stream_task_ids(client, stream)
+    return ids
+
+
+def _stream_task_ids(client: redis.Redis, stream: str) -> set[uuid.UUID]:
     ids: set[uuid.UUID] = set()
     start = "-"
     while True:

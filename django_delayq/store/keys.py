@@ -3,8 +3,10 @@
 Layout, per queue and shard (``{queue:shard}`` is a Redis Cluster hash tag, so
 every key of one shard lives in one slot and each Lua script touches one slot)::
 
-    <prefix>:{<queue>:<shard>}:due    ZSET    member: task id, score: run_at (ms)
-    <prefix>:{<queue>:<shard>}:ready  STREAM  ids moved from due by the dispatcher
+    <prefix>:{<queue>:<shard>}:due       ZSET    member: id (+ band), score: run_at ms
+    <prefix>:{<queue>:<shard>}:ready:hi  STREAM  due ids of the high band (priority > 0)
+    <prefix>:{<queue>:<shard>}:ready     STREAM  due ids of the normal band (priority 0)
+    <prefix>:{<queue>:<shard>}:ready:lo  STREAM  due ids of the low band (priority < 0)
     <prefix>:{<queue>:<shard>}:wake   LIST    one element: "a new head arrived"
     <prefix>:{<queue>:<shard>}:lease  STRING  token of the dispatcher owning the shard
     <prefix>:{<queue>:<shard>}:dead   STREAM  entries no worker could run, with why
@@ -14,7 +16,10 @@ and, per prefix, ``<prefix>:owner`` (see :mod:`django_delayq.ownership`) and
 ``<prefix>:workers`` (:func:`workers_key`).
 
 A member is the task id's 16 raw bytes: the smallest unique encoding, which
-keeps Redis memory per scheduled task low.
+keeps Redis memory per scheduled task low. A task of another band than the
+normal one has one more byte, its band (``h`` or ``l``), which tells the
+dispatcher's move script which ready stream to put it in; a normal task's
+member is the bare id, as before bands existed.
 """
 
 from __future__ import annotations
@@ -32,6 +37,18 @@ class ShardKeys:
     wake: str
     lease: str
     dead: str
+    ready_hi: str
+    ready_lo: str
+
+    @property
+    def ready_bands(self) -> tuple[str, str, str]:
+        """The shard's ready streams, highest band first (the order in which
+        workers read them)."""
+        return (self.ready_hi, self.ready, self.ready_lo)
+
+    def ready_of(self, priority: int) -> str:
+        """The ready stream a task of this priority is delivered by."""
+        return self.ready_bands[BANDS.index(band_of(priority))]
 
 
 def shard_keys(prefix: str, queue: str, shard: int) -> ShardKeys:
@@ -44,6 +61,8 @@ def shard_keys(prefix: str, queue: str, shard: int) -> ShardKeys:
         wake=f"{base}:wake",
         lease=f"{base}:lease",
         dead=f"{base}:dead",
+        ready_hi=f"{base}:ready:hi",
+        ready_lo=f"{base}:ready:lo",
     )
 
 
@@ -70,12 +89,46 @@ def dispatchers_key(prefix: str, queues: list[str]) -> str:
     return f"{prefix}:dispatchers:{','.join(sorted(queues))}"
 
 
-def encode_member(task_id: uuid.UUID) -> bytes:
-    return task_id.bytes
+#: The bands, highest first: the byte a member carries for each (none for
+#: the normal band), and the suffix of each band's ready stream.
+BANDS = (b"h", b"", b"l")
+HIGH, NORMAL, LOW = BANDS
+_STREAM_RANK = {":ready:hi": 0, ":ready": 1, ":ready:lo": 2}
+
+
+def band_of(priority: int) -> bytes:
+    """The band of a priority: high above 0, low below 0, else normal."""
+    return HIGH if priority > 0 else LOW if priority < 0 else NORMAL
+
+
+def encode_member(task_id: uuid.UUID, band: bytes = NORMAL) -> bytes:
+    return task_id.bytes + band
+
+
+def all_members(task_id: uuid.UUID) -> list[bytes]:
+    """The task's member in each band: what removing a task removes, so that
+    a caller needs no priority (and a stray member of a wrong band goes)."""
+    return [task_id.bytes + band for band in BANDS]
 
 
 def decode_member(member: bytes) -> uuid.UUID:
     """Return the task id of a member; ``ValueError`` if it is not one."""
-    if len(member) != 16:
-        raise ValueError(f"not a task id: {member!r}")
-    return uuid.UUID(bytes=bytes(member))
+    return split_member(member)[0]
+
+
+def split_member(member: bytes) -> tuple[uuid.UUID, bytes]:
+    """Return the task id and band of a member; ``ValueError`` if it is not one."""
+    if len(member) == 16:
+        return uuid.UUID(bytes=bytes(member)), NORMAL
+    if len(member) == 17 and member[16:] in (HIGH, LOW):
+        return uuid.UUID(bytes=bytes(member[:16])), bytes(member[16:])
+    raise ValueError(f"not a task id: {member!r}")
+
+
+def stream_rank(stream: str) -> int:
+    """0 for a high band ready stream, 1 normal, 2 low: the order in which a
+    worker starts what it read."""
+    for suffix in (":ready:hi", ":ready:lo"):
+        if stream.endswith(suffix):
+            return _STREAM_RANK[suffix]
+    return 1

@@ -6,8 +6,9 @@ most once (one ``REDIS_TIMEOUT`` when Redis hangs), whatever the number of
 shards. Per shard it reads::
 
     ZCARD due / ZRANGE due 0 0 WITHSCORES   how many tasks wait, the earliest
-    XLEN ready / XINFO GROUPS ready         the stream backlog and its group
-    XINFO CONSUMERS ready workers           the worker threads reading it
+    XLEN ready / XINFO GROUPS ready         the stream backlog and its group,
+    XINFO CONSUMERS ready workers           and the worker threads reading it,
+                                            for each band's ready stream
     XLEN dead                               dead letters kept
     GET lease / PTTL lease                  the dispatcher moving the shard
 
@@ -28,8 +29,9 @@ from .errors import translated
 from .keys import shard_keys, workers_key
 from .streams import GROUP
 
-#: Commands :func:`read_shards` queues per shard, in this order.
-_PER_SHARD = 8
+#: Commands :func:`read_shards` queues per band stream, and per shard.
+_PER_STREAM = 3
+_PER_SHARD = 2 + 3 * _PER_STREAM + 3
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class ShardState:
     shard: int
     due: int  # members of the due-set
     head_score: int | None  # the earliest member's due time (epoch ms)
-    ready: int  # entries in the ready stream
+    ready: int  # entries in the ready streams (every band)
     pending: int  # delivered to a worker, not acknowledged yet
     waiting: int  # not delivered to any worker yet
     dead: int  # dead letters kept
@@ -76,9 +78,10 @@ def read_shards(
     for keys in shards:
         pipe.zcard(keys.due)
         pipe.zrange(keys.due, 0, 0, withscores=True)
-        pipe.xlen(keys.ready)
-        pipe.xinfo_groups(keys.ready)
-        pipe.xinfo_consumers(keys.ready, GROUP)
+        for stream in keys.ready_bands:
+            pipe.xlen(stream)
+            pipe.xinfo_groups(stream)
+            pipe.xinfo_consumers(stream, GROUP)
         pipe.xlen(keys.dead)
         pipe.get(keys.lease)
         pipe.pttl(keys.lease)
@@ -91,26 +94,25 @@ def read_shards(
         reply = _Replies(replies[start : start + _PER_SHARD])
         due = reply.integer(0)
         head = reply.value(1) or []
-        ready = reply.integer(2)
-        group = next(
-            (g for g in reply.value(3) or [] if _text(g.get("name")) == GROUP), None
-        )
-        pending = int(group.get("pending") or 0) if group else 0
-        lag = group.get("lag") if group else None
-        # Redis cannot always tell the lag (entries were deleted after the
-        # last delivery, which the workers do to every finished entry); the
-        # entries left in the stream are then exactly the pending ones plus
-        # those not delivered yet.
-        waiting = int(lag) if lag is not None else max(ready - pending, 0)
-        consumers = [
-            Consumer(
-                _text(c.get("name")),
-                int(c.get("pending") or 0),
-                int(c.get("idle") or 0),
-            )
-            for c in reply.value(4) or []
-        ]
-        ttl = reply.integer(7)
+        ready = pending = waiting = 0
+        consumers: dict[str, Consumer] = {}
+        for band in range(3):
+            at = 2 + band * _PER_STREAM
+            band_ready, band_pending, band_waiting = _stream_backlog(reply, at)
+            ready += band_ready
+            pending += band_pending
+            waiting += band_waiting
+            for c in reply.value(at + 2) or []:
+                name = _text(c.get("name"))
+                seen = consumers.get(name)
+                idle = int(c.get("idle") or 0)
+                consumers[name] = Consumer(
+                    name,
+                    int(c.get("pending") or 0) + (seen.pending if seen else 0),
+                    min(idle, seen.idle_ms) if seen else idle,
+                )
+        end = 2 + 3 * _PER_STREAM
+        ttl = reply.integer(end + 2)
         states.append(
             ShardState(
                 queue=keys.queue,
@@ -120,14 +122,31 @@ def read_shards(
                 ready=ready,
                 pending=pending,
                 waiting=waiting,
-                dead=reply.integer(5),
-                lease_holder=_text(reply.value(6)) or None,
+                dead=reply.integer(end),
+                lease_holder=_text(reply.value(end + 1)) or None,
                 lease_ttl_ms=ttl if ttl >= 0 else None,
-                consumers=consumers,
+                consumers=list(consumers.values()),
                 problems=reply.problems,
             )
         )
     return states
+
+
+def _stream_backlog(reply: _Replies, at: int) -> tuple[int, int, int]:
+    """One ready stream's entries, pending and waiting ones, from its
+    ``XLEN`` and ``XINFO GROUPS`` replies at ``at``."""
+    ready = reply.integer(at)
+    group = next(
+        (g for g in reply.value(at + 1) or [] if _text(g.get("name")) == GROUP), None
+    )
+    pending = int(group.get("pending") or 0) if group else 0
+    lag = group.get("lag") if group else None
+    # Redis cannot always tell the lag (entries were deleted after the
+    # last delivery, which the workers do to every finished entry); the
+    # entries left in the stream are then exactly the pending ones plus
+    # those not delivered yet.
+    waiting = int(lag) if lag is not None else max(ready - pending, 0)
+    return ready, pending, waiting
 
 
 @translated

@@ -14,10 +14,11 @@ from typing import Any
 
 import redis
 
+from ..exceptions import RedisUnavailable
 from . import activity, scripts
 from .broken import is_wrong_type, keys_of_type, report_wrong_type
 from .errors import translated
-from .keys import decode_member
+from .keys import decode_member, stream_rank
 
 GROUP = "workers"
 #: Dead-letter streams keep at most about this many entries per shard.
@@ -91,6 +92,50 @@ def read(
         ensure_groups(client, streams)
         return []
     return _entries(reply)
+
+
+def by_band(entries: Sequence[Entry]) -> list[Entry]:
+    """``entries`` highest band first; in read order within a band."""
+    return sorted(entries, key=lambda entry: stream_rank(entry.stream))
+
+
+@translated
+def read_bands(
+    client: redis.Redis,
+    consumer: str,
+    shards: Sequence[Sequence[str]],
+    *,
+    count: int,
+) -> list[Entry]:
+    """Read new entries without blocking, each shard's bands highest first
+    (see ``lua/read.lua``): ``shards`` holds each shard's ready streams,
+    highest band first. One script call per shard, in one round trip.
+
+    Returns them highest band first. A missing group or a key of another
+    type takes :func:`read`, which repairs or skips it.
+    """
+    script = scripts.load("read")
+    calls: list[scripts.Call] = [
+        (script, list(bands), [GROUP, consumer, count]) for bands in shards
+    ]
+    try:
+        if len(calls) == 1:
+            replies = [script(client, *calls[0][1:])]
+        else:
+            replies = scripts.run_many(client, calls)
+    except RedisUnavailable as exc:
+        if not isinstance(exc.__cause__, redis.ResponseError):
+            raise
+        every = [stream for bands in shards for stream in bands]
+        return by_band(read(client, consumer, every, count=count, block_ms=None))
+    entries = []
+    for reply in replies:
+        for stream, items in reply or ():
+            name = stream.decode() if isinstance(stream, bytes) else stream
+            for entry_id, flat in items:
+                fields = dict(zip(flat[::2], flat[1::2], strict=True))
+                entries.append(Entry(name, entry_id, fields))
+    return by_band(entries)
 
 
 @translated

@@ -68,6 +68,18 @@ def test_a_worker_counts_started_succeeded_failed_and_lateness(redis_client):
     assert abs(minute * 60 - timezone.now().timestamp()) < 120
 
 
+def test_every_priority_band_counts_in_its_shards_counters(redis_client):
+    """A shard's high, normal and low ready streams share one hash."""
+    for priority in (50, 0, -50):
+        schedule(add, args=[priority, 1], priority=priority)
+    call_command("delayq_dispatch", once=True, verbosity=0)
+    assert Worker(queues=["default"]).run(once=True).processed == 3
+    assert counters(redis_client)["succeeded"] == 3
+    keys = [k.decode() for k in redis_client.scan_iter(match="delayq:*:activity:*")]
+    assert keys
+    assert all(re.fullmatch(r"delayq:\{default:0\}:activity:\d+", k) for k in keys)
+
+
 def test_an_idle_worker_writes_no_counter(redis_client):
     call_command("delayq_dispatch", once=True, verbosity=0)
     Worker(queues=["default"]).run(once=True)

@@ -248,6 +248,14 @@ def test_the_task_page_shows_the_timeline_error_and_traceback(
     assert "3/3" in page
 
 
+def test_the_list_and_the_task_page_show_the_priority(admin_client, redis_client):
+    task = schedule(order_cancel, args=[1], delay=60, priority=-37)
+    html = admin_client.get(reverse(CHANGELIST)).content.decode()
+    assert "column-priority" in html
+    assert '<td class="field-priority">-37</td>' in html
+    assert "-37" in text(admin_client.get(change_url(task)))
+
+
 def test_the_task_page_names_the_worker_of_each_attempt(admin_client, redis_client):
     task = make_failed(
         schedule(always_fails, args=["no"], delay=60),

@@ -65,7 +65,7 @@ BROKEN = shard_keys("delayq", "orders", 1)
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("which", ["due", "ready", "wake"])
+@pytest.mark.parametrize("which", ["due", "ready", "ready_hi", "ready_lo", "wake"])
 def test_a_shard_key_of_the_wrong_type_stops_only_that_shard(
     redis_client, which, caplog
 ):
@@ -91,7 +91,7 @@ def test_a_shard_key_of_the_wrong_type_stops_only_that_shard(
     assert getattr(BROKEN, which) in caplog.text
 
 
-@pytest.mark.parametrize("which", ["due", "ready", "wake", "dead"])
+@pytest.mark.parametrize("which", ["due", "ready", "ready_lo", "wake", "dead"])
 def test_the_sweeper_replaces_a_shard_key_of_the_wrong_type(
     redis_client, which, capsys, caplog
 ):

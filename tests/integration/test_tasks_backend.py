@@ -103,10 +103,17 @@ def test_the_backend_declares_what_it_supports():
     assert backend.supports_defer
     assert backend.supports_get_result
     assert backend.supports_async_task
-    # Tasks run in due order: there is no priority to honour.
-    assert not backend.supports_priority
+    assert backend.supports_priority
+
+
+def test_a_priority_is_kept_by_the_row_and_the_result(redis_client):
+    result = add.using(priority=10).enqueue(2, 3)
+    assert result.task.priority == 10
+    assert DelayedTask.objects.get(pk=result.id).priority == 10
+    assert add.get_result(result.id).task.priority == 10
+    assert add.enqueue(1, 1).task.priority == 0
     with pytest.raises(InvalidTask, match="priority"):
-        add.using(priority=10)
+        add.using(priority=101)  # the framework's own range
 
 
 def test_enqueue_writes_a_scheduled_row_named_by_module_path(redis_client):

@@ -276,3 +276,8 @@ def returns_text(chars: int) -> str:
 # test runs without the framework, where that module cannot be imported.
 with contextlib.suppress(ImportError):
     from tests.testapp import django_tasks  # noqa: F401
+
+
+@task(priority=50)
+def urgent() -> None:
+    """A task that starts before the normal ones due with it."""

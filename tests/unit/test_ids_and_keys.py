@@ -3,8 +3,17 @@ from __future__ import annotations
 import time
 import uuid
 
+import pytest
+
 from django_delayq.ids import shard_of, uuid7
-from django_delayq.store.keys import decode_member, encode_member, shard_keys
+from django_delayq.store.keys import (
+    band_of,
+    decode_member,
+    encode_member,
+    shard_keys,
+    split_member,
+    stream_rank,
+)
 
 
 def test_uuid7_has_version_7_rfc_variant_and_the_current_time():
@@ -42,3 +51,32 @@ def test_members_are_the_16_id_bytes():
     task_id = uuid7()
     assert encode_member(task_id) == task_id.bytes
     assert decode_member(encode_member(task_id)) == task_id
+
+
+def test_a_member_carries_its_band_and_old_members_still_decode():
+    task_id = uuid7()
+    assert band_of(0) == b""
+    assert band_of(1) == band_of(100) == b"h"
+    assert band_of(-1) == band_of(-100) == b"l"
+    # The normal band's member is the bare id, as before bands existed.
+    assert encode_member(task_id, band_of(0)) == task_id.bytes
+    for priority in (-100, -1, 0, 1, 100):
+        member = encode_member(task_id, band_of(priority))
+        assert split_member(member) == (task_id, band_of(priority))
+        assert decode_member(member) == task_id
+    assert len(encode_member(task_id, b"h")) == 17
+    for bad in (task_id.bytes + b"x", task_id.bytes[:15], task_id.bytes + b"hh"):
+        with pytest.raises(ValueError, match="not a task id"):
+            decode_member(bad)
+
+
+def test_each_band_has_its_ready_stream_in_the_shards_slot():
+    keys = shard_keys("delayq", "orders", 3)
+    assert keys.ready == "delayq:{orders:3}:ready"  # the normal band, as before
+    assert keys.ready_bands == (
+        "delayq:{orders:3}:ready:hi",
+        "delayq:{orders:3}:ready",
+        "delayq:{orders:3}:ready:lo",
+    )
+    assert [keys.ready_of(p) for p in (5, 0, -5)] == list(keys.ready_bands)
+    assert [stream_rank(s) for s in keys.ready_bands] == [0, 1, 2]

@@ -80,3 +80,11 @@ def test_plain_functions_are_refused():
 def test_other_objects_are_a_type_error():
     with pytest.raises(TypeError, match="first argument"):
         registry.resolve(42)
+
+
+@pytest.mark.parametrize("value", [101, -101, 1.5, True, "1", None])
+def test_task_priority_must_be_an_integer_from_minus_100_to_100(value):
+    def fn() -> None: ...
+
+    with pytest.raises(InvalidTaskDefinition, match=r"priority=.*-100 to 100"):
+        task(name="x.prio", priority=value)(fn)

@@ -88,13 +88,15 @@ class DelayQueueBackend(BaseTaskBackend):
     ``QUEUES`` name django-delayq queues (``default`` and the keys of
     ``DELAYQ["QUEUES"]``). ``OPTIONS``: ``max_attempts`` (default
     ``DELAYQ["MAX_ATTEMPTS"]``) and ``atomic`` (default ``True``), as for
-    ``@django_delayq.task``. Tasks run in due order, so priorities are refused.
+    ``@django_delayq.task``. A task's ``priority`` (-100 to 100) picks its
+    band: among due tasks, high (above 0) starts before normal (0), before
+    low (below 0).
     """
 
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
-    supports_priority = False
+    supports_priority = True
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         # Never raises: check() reports the problems, enqueue() refuses.
@@ -138,6 +140,7 @@ class DelayQueueBackend(BaseTaskBackend):
                 eta=task.run_after,
                 queue=task.queue_name,
                 max_attempts=self.max_attempts,
+                priority=task.priority,
             )
         except UnsupportedPayloadType as exc:
             # Django's backends raise TypeError("Unsupported type: ..."), and

@@ -100,11 +100,14 @@ def worker_ids_of(row: DelayedTask) -> list[str]:
 
 
 def task_of(row: DelayedTask, django_task: Task[..., Any]) -> Task[..., Any]:
-    """The task as it was enqueued: its queue, and ``run_after`` if deferred."""
+    """The task as it was enqueued: its queue, priority, and ``run_after``
+    if deferred."""
     deferred = row.run_at - row.created_at > datetime.timedelta(milliseconds=1)
     try:
         return django_task.using(
-            queue_name=row.queue, run_after=row.run_at if deferred else None
+            queue_name=row.queue,
+            priority=row.priority,
+            run_after=row.run_at if deferred else None,
         )
     except InvalidTask:  # settings changed since; the declared task will do
         return django_task

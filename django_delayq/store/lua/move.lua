@@ -1,8 +1,12 @@
 -- move.lua: move due task ids from a shard's due-set to its ready stream.
 --
--- KEYS[1]  due-set  ZSET, member = 16-byte task id, score = run_at in epoch ms
--- KEYS[2]  ready    STREAM the workers read through a consumer group
+-- KEYS[1]  due-set  ZSET, member = 16-byte task id, then a band byte for
+--                   the high ('h') and low ('l') bands; score = run_at in ms
+-- KEYS[2]  ready    STREAM of the normal band, which the workers read through
+--                   a consumer group
 -- KEYS[3]  lease    STRING holding the token of the dispatcher that owns the shard
+-- KEYS[4]  ready:hi STREAM of the high band
+-- KEYS[5]  ready:lo STREAM of the low band
 -- ARGV[1]  the caller's lease token (the fence: a dispatcher whose lease was
 --          taken over moves nothing)
 -- ARGV[2]  the most ids to move in this call
@@ -16,7 +20,9 @@
 --
 -- Due means score <= now by Redis' TIME, so dispatchers on hosts with skewed
 -- clocks agree. Pop and push happen in this one script: a crash can never
--- leave an id in neither place.
+-- leave an id in neither place. An entry's id field is the bare 16-byte id.
+-- The high band's entries are added first, then the normal, then the low:
+-- a worker blocked on all of them is served the highest band.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -27,8 +33,25 @@ if redis.call('GET', KEYS[3]) ~= ARGV[1] then
 end
 
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local high, low = {}, {}
 for i = 1, #ids do
-  redis.call('XADD', KEYS[2], '*', 'id', ids[i])
+  local band = string.sub(ids[i], 17, 17)
+  if band == 'h' then
+    high[#high + 1] = string.sub(ids[i], 1, 16)
+  elseif band == 'l' then
+    low[#low + 1] = string.sub(ids[i], 1, 16)
+  end
+end
+for i = 1, #high do
+  redis.call('XADD', KEYS[4], '*', 'id', high[i])
+end
+for i = 1, #ids do
+  if string.len(ids[i]) ~= 17 then
+    redis.call('XADD', KEYS[2], '*', 'id', ids[i])
+  end
+end
+for i = 1, #low do
+  redis.call('XADD', KEYS[5], '*', 'id', low[i])
 end
 if #ids > 0 then
   redis.call('ZREM', KEYS[1], unpack(ids))
