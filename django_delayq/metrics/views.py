@@ -21,16 +21,20 @@ from collections.abc import Iterator
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
-from prometheus_client import REGISTRY, CollectorRegistry
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.metrics_core import Metric
-from prometheus_client.multiprocess import MultiProcessCollector
-from prometheus_client.registry import Collector
 
 from . import enable
-from .collector import BacklogCollector
 
+# First: without prometheus-client this raises MetricsUnavailable, which
+# says what to install, instead of a bare ImportError.
 enable()
+
+from prometheus_client import REGISTRY, CollectorRegistry  # noqa: E402
+from prometheus_client.exposition import choose_encoder  # noqa: E402
+from prometheus_client.metrics_core import Metric  # noqa: E402
+from prometheus_client.multiprocess import MultiProcessCollector  # noqa: E402
+from prometheus_client.registry import Collector  # noqa: E402
+
+from .collector import BacklogCollector  # noqa: E402
 
 
 class _Exposed(Collector):
