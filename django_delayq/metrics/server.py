@@ -25,7 +25,6 @@ import os
 import shutil
 import signal
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -42,8 +41,6 @@ from . import enable
 START_TIMEOUT = 15.0
 
 _ENV = "PROMETHEUS_MULTIPROC_DIR"
-_backlog_registered = threading.Lock()
-_registered = False
 
 
 def serve_this_process(addr: str, port: int) -> Callable[[], None]:
@@ -53,22 +50,26 @@ def serve_this_process(addr: str, port: int) -> Callable[[], None]:
     :raises MetricsUnavailable: prometheus-client is not installed.
     :raises OSError: the address cannot be listened on.
     """
-    global _registered
     enable()
     from prometheus_client import REGISTRY, start_http_server
 
     from .collector import BacklogCollector
 
-    with _backlog_registered:
-        if not _registered:
-            REGISTRY.register(BacklogCollector(close_connections=True))
-            _registered = True
-    httpd, thread = start_http_server(port, addr)
+    backlog = BacklogCollector(close_connections=True)
+    REGISTRY.register(backlog)
+    try:
+        httpd, thread = start_http_server(port, addr)
+    except BaseException:
+        REGISTRY.unregister(backlog)
+        raise
 
     def stop() -> None:
         httpd.shutdown()
         httpd.server_close()
         thread.join()
+        # The default registry outlives the command (call_command() in a
+        # test, a second command in one process): leave it as it was.
+        REGISTRY.unregister(backlog)
 
     return stop
 

@@ -78,7 +78,7 @@ def test_a_served_process_sends_redis_nothing_until_scraped(
     stop = serve_this_process("127.0.0.1", port)
     try:
         time.sleep(1.0)
-        # Only the two INFO commands of this test.
+        # Nothing but the first INFO of this test itself.
         assert commands(redis_client) - before == 1
         samples = scrape(port)
         assert value(samples, "delayq_up", store="redis") == 1

@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from prometheus_client import REGISTRY
+from prometheus_client.metrics import MetricWrapperBase
 
 from django_delayq import metrics
 from django_delayq.metrics.collector import BacklogCollector
@@ -25,8 +25,16 @@ _SUFFIXES = {
 
 def exported() -> dict[str, str]:
     """Every metric family of django-delayq, name -> type."""
-    metrics.enable()
-    families = [*REGISTRY.collect(), *BacklogCollector().describe()]
+    counters = vars(metrics.enable()).values()
+    families = [
+        *(
+            f
+            for c in counters
+            if isinstance(c, MetricWrapperBase)
+            for f in c.describe()
+        ),
+        *BacklogCollector().describe(),
+    ]
     return {f.name: f.type for f in families if f.name.startswith("delayq_")}
 
 
