@@ -71,6 +71,13 @@ def test_a_workload_counted_by_the_worker_endpoint_and_the_view(
     dead = shard_keys("delayq", "orders", records[0].shard).dead
     wait_for(lambda: redis_client.xlen(dead) == 1, 30, "the forged entry dead")
 
+    # The counters follow the commits they count by a moment (sent after).
+    failed = dict(queue="default", task=always_fails.name)
+    wait_for(
+        lambda: value(scrape(port), "delayq_tasks_failed_total", **failed) == 1,
+        10,
+        "the failure counted",
+    )
     samples = scrape(port)
 
     def tasks(event: str, task: str, queue: str) -> float:
@@ -210,7 +217,12 @@ def test_worker_processes_are_summed_by_the_supervisor_endpoint(
     samples = scrape(port)
     assert value(samples, "delayq_tasks_started_total", **labels) == 20
     assert value(samples, "delayq_task_lateness_seconds_count", **labels) == 20
-    assert value(samples, "delayq_workers", queue="orders") >= 1
+    # Children come and go as they are recycled; the live ones show.
+    wait_for(
+        lambda: value(scrape(port), "delayq_workers", queue="orders") == 2,
+        30,
+        "both current worker processes live",
+    )
     # 4 tasks per child at most: at least 5 children ran them, most of them
     # recycled (gone) by now, and their counts are in the sums all the same.
     assert len(pids) >= 5
@@ -250,3 +262,38 @@ def test_a_busy_port_is_a_clear_command_error(processes: Processes) -> None:
         assert done_.returncode == 1, done_.stderr
         assert f"cannot serve metrics on 127.0.0.1:{port}" in done_.stderr.decode()
     assert first.poll() is None
+
+
+def test_the_dispatcher_and_delayq_run_serve_metrics(
+    processes: Processes, redis_client: redis.Redis
+) -> None:
+    dispatch_port, run_port = free_port(), free_port()
+    processes.start("delayq_dispatch", "--metrics-port", str(dispatch_port))
+    wait_for(lambda: _answers(dispatch_port), 30, "the dispatcher's endpoint")
+    wait_for(
+        lambda: (
+            value(scrape(dispatch_port), "delayq_unleased_shards", queue="orders") == 0
+        ),
+        30,
+        "the dispatcher leasing every shard, as its endpoint says",
+    )
+    samples = scrape(dispatch_port)
+    assert value(samples, "delayq_workers", queue="orders") == 0
+    assert value(samples, "delayq_up", store="database") == 1
+    assert any(name == "process_cpu_seconds_total" for name, _ in samples)
+
+    processes.start("delayq_run", "--metrics-port", str(run_port))
+    wait_for(lambda: _answers(run_port), 30, "delayq_run's endpoint")
+    task = schedule(record, args=["run"])
+    wait_for(lambda: done(Status.SUCCEEDED) == 1, 30, "the task ran")
+    labels = dict(queue="orders", task=record.name)
+    wait_for(
+        lambda: value(scrape(run_port), "delayq_sweeps_total", outcome="done") >= 1,
+        30,
+        "delayq_run's sweeper counted",
+    )
+    samples = scrape(run_port)
+    assert value(samples, "delayq_tasks_succeeded_total", **labels) == 1
+    assert value(samples, "delayq_task_lateness_seconds_count", **labels) == 1
+    assert value(samples, "delayq_workers", queue="orders") == 1
+    assert DelayedTask.objects.get(pk=task.pk).status == Status.SUCCEEDED
