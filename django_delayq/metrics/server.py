@@ -92,6 +92,14 @@ class AggregateServer:
         :raises OSError: the serving process could not listen.
         """
         self._prepare_directory()
+        try:
+            self._start()
+        except BaseException:
+            # Nothing half-started: no process, no directory of ours left.
+            self.stop()
+            raise
+
+    def _start(self) -> None:
         enable()
         from prometheus_client import values
 
@@ -120,13 +128,11 @@ class AggregateServer:
             if not reader.poll(START_TIMEOUT):
                 raise OSError(f"the metrics process did not start in {START_TIMEOUT} s")
             message = reader.recv_bytes().decode()
-        except (OSError, EOFError) as exc:
-            self.stop()
+        except EOFError as exc:
             raise OSError(f"the metrics process failed: {exc}") from exc
         finally:
             reader.close()
         if message != "ok":
-            self.stop()
             raise OSError(message)
 
     def stop(self) -> None:

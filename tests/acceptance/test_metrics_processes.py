@@ -9,6 +9,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 import redis
@@ -239,8 +240,12 @@ def _answers(port: int) -> bool:
     return True
 
 
-def test_a_busy_port_is_a_clear_command_error(processes: Processes) -> None:
+def test_a_busy_port_is_a_clear_command_error(
+    processes: Processes, tmp_path: Path
+) -> None:
     port = free_port()
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
     first = processes.start("delayq_worker", "--metrics-port", str(port))
     wait_for(lambda: _answers(port), 30, "the first worker's endpoint")
     for extra in (["--once"], ["--processes", "2"]):
@@ -254,7 +259,7 @@ def test_a_busy_port_is_a_clear_command_error(processes: Processes) -> None:
                 str(port),
                 *extra,
             ],
-            env=processes.env,
+            env={**processes.env, "TMPDIR": str(temporary)},
             cwd=ROOT,
             capture_output=True,
             timeout=60,
@@ -262,6 +267,7 @@ def test_a_busy_port_is_a_clear_command_error(processes: Processes) -> None:
         assert done_.returncode == 1, done_.stderr
         assert f"cannot serve metrics on 127.0.0.1:{port}" in done_.stderr.decode()
     assert first.poll() is None
+    assert list(temporary.iterdir()) == []  # the supervisor's directory removed
 
 
 def test_the_dispatcher_and_delayq_run_serve_metrics(

@@ -88,16 +88,24 @@ def test_without_metrics_the_worker_never_imports_prometheus_client(
     ],
 )
 def test_metrics_port_without_prometheus_client_names_the_extra(
-    without_prometheus: dict[str, str], redis_client: redis.Redis, command: list[str]
+    without_prometheus: dict[str, str],
+    redis_client: redis.Redis,
+    command: list[str],
+    tmp_path: Path,
 ) -> None:
     port = str(free_port())
-    done = run(without_prometheus, "-m", "django", *command, "--metrics-port", port)
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = {**without_prometheus, "TMPDIR": str(temporary)}
+    done = run(env, "-m", "django", *command, "--metrics-port", port)
     assert done.returncode == 1, done.stderr
     assert (
         "CommandError: --metrics-port needs prometheus-client, which is not "
         "installed: pip install 'django-delayq[prometheus]'"
     ) in done.stderr
     assert "Traceback" not in done.stderr
+    # Nothing left behind (a supervisor's metrics directory).
+    assert list(temporary.iterdir()) == []
 
 
 def test_importing_the_view_without_prometheus_client_names_the_extra(
