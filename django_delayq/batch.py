@@ -25,7 +25,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from . import registry, transitions
+from . import metrics, registry, transitions
 from .exceptions import TaskNotRegistered
 from .execution import Disposition, Outcome, execute, start, unknown_task, write_db
 from .group_commit import Pacer, run_group
@@ -224,6 +224,7 @@ class Batch:
                 streams.dead_letter(
                     self.client, self.dead[entry.stream], entry, outcome.reason
                 )
+                metrics.note_dead_letter(entry.stream)
             finally:
                 self._forget(pending, entry)
             return True

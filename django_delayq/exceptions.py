@@ -122,6 +122,11 @@ class TimeLimitExceeded(BaseException):
     """
 
 
+class MetricsUnavailable(DelayQueueException, ImportError):
+    """Metrics were asked for, and prometheus-client is not installed: install
+    ``django-delayq[prometheus]``."""
+
+
 class WorkerStuck(DelayQueueException):
     """A task ran past its time limit and could not be interrupted.
 

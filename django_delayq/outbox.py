@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from django.db import DatabaseError, router, transaction
 from django.utils import timezone
 
+from . import metrics
 from .models import DelayedTask, OutboxEntry, Status
 from .store import index
 from .store.connection import (
@@ -105,6 +106,8 @@ def _to_outbox(
             len(rows),
             ", ".join(str(entry.task_id) for entry in entries),
         )
+        return
+    metrics.note_outbox_writes(entry.queue for entry in entries)
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,7 @@ def replay_outbox(
     OutboxEntry.objects.using(db).filter(
         pk__in=[entry.pk for entry in entries]
     ).delete()
+    metrics.note_outbox_replays(entry.queue for entry in entries)
     return ReplayResult(len(entries), 0)
 
 

@@ -11,6 +11,11 @@ from django_delayq.management.lifecycle import (
     command_context,
     option_errors,
 )
+from django_delayq.management.metrics import (
+    add_metrics_options,
+    check_metrics_options,
+    metrics_served,
+)
 from django_delayq.store.errors import error_text
 
 
@@ -22,6 +27,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         add_queue_option(parser)
+        add_metrics_options(parser)
         parser.add_argument(
             "--batch-size",
             type=int,
@@ -43,12 +49,16 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         with option_errors():
+            check_metrics_options(options)
             dispatcher = Dispatcher(
                 options["queues"],
                 batch_size=options["batch_size"],
                 lease_ttl=options["lease_ttl"],
             )
-        with command_context(dispatcher.stop, "delayq_dispatch", options["verbosity"]):
+        with (
+            command_context(dispatcher.stop, "delayq_dispatch", options["verbosity"]),
+            metrics_served(options),
+        ):
             try:
                 stats = dispatcher.run(once=options["once"])
             except RedisUnavailable as exc:

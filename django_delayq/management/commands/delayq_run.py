@@ -14,7 +14,12 @@ from django_delayq.management.lifecycle import (
     option_errors,
     worker_options,
 )
-from django_delayq.sweeper import Sweeper
+from django_delayq.management.metrics import (
+    add_metrics_options,
+    check_metrics_options,
+    metrics_served,
+    sweeper_class,
+)
 from django_delayq.worker import Worker
 
 
@@ -27,22 +32,27 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         add_queue_option(parser)
         add_worker_options(parser)
+        add_metrics_options(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         with option_errors():
+            check_metrics_options(options)
             dispatcher = Dispatcher(options["queues"])
             worker = Worker(
                 options["queues"],
                 **worker_options(options),
             )
-            sweeper = Sweeper()
+            sweeper = sweeper_class(options)()
 
         def stop() -> None:
             dispatcher.stop()
             worker.stop()
             sweeper.stop()
 
-        with command_context(stop, "delayq_run", options["verbosity"]):
+        with (
+            command_context(stop, "delayq_run", options["verbosity"]),
+            metrics_served(options),
+        ):
             threads = [
                 threading.Thread(target=dispatcher.run, name="delayq-dispatcher"),
                 threading.Thread(target=sweeper.run, name="delayq-sweeper"),

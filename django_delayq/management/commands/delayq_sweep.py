@@ -7,8 +7,13 @@ from django.db import DatabaseError
 
 from django_delayq.exceptions import RedisUnavailable
 from django_delayq.management.lifecycle import command_context, option_errors
+from django_delayq.management.metrics import (
+    add_metrics_options,
+    check_metrics_options,
+    metrics_served,
+    sweeper_class,
+)
 from django_delayq.store.errors import error_text
-from django_delayq.sweeper import Sweeper
 
 
 class Command(BaseCommand):
@@ -28,6 +33,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--once", action="store_true", help="Run one pass, print it, exit."
         )
+        add_metrics_options(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         with option_errors():
@@ -36,8 +42,14 @@ class Command(BaseCommand):
                     f"--interval must be more than 0 and at most 86400 seconds; "
                     f"got {options['interval']}."
                 )
-            sweeper = Sweeper(progress=lambda line: self.stderr.write(f"sweep: {line}"))
-        with command_context(sweeper.stop, "delayq_sweep", options["verbosity"]):
+            check_metrics_options(options)
+            sweeper = sweeper_class(options)(
+                progress=lambda line: self.stderr.write(f"sweep: {line}")
+            )
+        with (
+            command_context(sweeper.stop, "delayq_sweep", options["verbosity"]),
+            metrics_served(options),
+        ):
             try:
                 result = sweeper.run(interval=options["interval"], once=options["once"])
             except (RedisUnavailable, DatabaseError) as exc:

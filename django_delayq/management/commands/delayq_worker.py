@@ -13,6 +13,11 @@ from django_delayq.management.lifecycle import (
     option_errors,
     worker_options,
 )
+from django_delayq.management.metrics import (
+    add_metrics_options,
+    check_metrics_options,
+    metrics_served,
+)
 from django_delayq.management.processes import add_process_options, process_options
 from django_delayq.store.errors import error_text
 from django_delayq.supervisor import Supervisor
@@ -30,6 +35,7 @@ class Command(BaseCommand):
         add_queue_option(parser)
         add_worker_options(parser)
         add_process_options(parser)
+        add_metrics_options(parser)
         parser.add_argument(
             "--visibility-timeout",
             type=float,
@@ -53,12 +59,16 @@ class Command(BaseCommand):
         with option_errors():
             # Also under a supervisor: a bad option stops the command here,
             # before any worker process starts.
+            check_metrics_options(options)
             worker = make_worker()
         supervised = process_options(options)
         verbosity = options["verbosity"]
         killed: list[int] = []
         if supervised is None:
-            with command_context(worker.stop, "delayq_worker", verbosity):
+            with (
+                command_context(worker.stop, "delayq_worker", verbosity),
+                metrics_served(options),
+            ):
                 try:
                     stats = worker.run(once=options["once"])
                 except (RedisUnavailable, DatabaseError) as exc:
@@ -82,8 +92,11 @@ class Command(BaseCommand):
                 recycling=supervised.recycling,
                 grace_period=supervised.grace_period,
             )
-            with command_context(
-                supervisor.stop, "delayq_worker", verbosity, force=supervisor.kill
+            with (
+                command_context(
+                    supervisor.stop, "delayq_worker", verbosity, force=supervisor.kill
+                ),
+                metrics_served(options, supervisor=True),
             ):
                 totals = supervisor.run()
             killed = totals.killed

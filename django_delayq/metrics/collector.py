@@ -1,0 +1,200 @@
+"""The backlog gauges, read from Redis and the database when scraped.
+
+A Prometheus custom collector: nothing is read between scrapes, so a
+process serving metrics sends Redis no command of its own while nobody
+scrapes it. One scrape costs one Redis pipeline (:func:`store.stats.
+read_shards`, the dashboard's read), one ``ZRANGEBYSCORE`` of the worker
+heartbeats and two grouped database queries, whatever the number of
+shards.
+
+When a store does not answer, its gauges are left out and
+``delayq_up{store=...}`` is 0: an alert on that is more telling than a
+scrape error.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Iterator
+
+from django.db import DatabaseError, connections, router
+from django.db.models import Count, Min, Q
+from django.utils import timezone
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from ..conf import get_settings
+from ..exceptions import RedisUnavailable
+from ..models import DelayedTask, OutboxEntry, Status
+from ..store import stats
+from ..store.connection import get_client
+
+#: Scheduled tasks due longer ago than this count as overdue: the default
+#: of ``delayq_status --overdue``.
+OVERDUE_AFTER = 60.0
+
+#: name -> help, for the per-queue gauges.
+GAUGES = {
+    "delayq_due_backlog": "Tasks in the due-sets (waiting for their run_at).",
+    "delayq_ready_backlog": "Ready stream entries not yet taken by a worker.",
+    "delayq_in_flight": "Ready stream entries taken by a worker, not finished.",
+    "delayq_dead_letter_backlog": "Dead letters kept.",
+    "delayq_unleased_shards": "Shards that no dispatcher leases.",
+    "delayq_workers": "Live worker processes serving the queue.",
+    "delayq_overdue_backlog": (
+        f"Scheduled tasks due more than {OVERDUE_AFTER:g} s ago (not started)."
+    ),
+    "delayq_oldest_due_seconds": (
+        "How long ago the most overdue scheduled task was due (0: none due)."
+    ),
+    "delayq_outbox_backlog": "Outbox entries waiting for a replay into Redis.",
+    "delayq_outbox_oldest_seconds": "Age of the oldest outbox entry (0: empty).",
+}
+
+
+class BacklogCollector(Collector):
+    """Gauges per queue, read at scrape time.
+
+    :param close_connections: close this thread's database connection after
+        each scrape; for a metrics server, whose scrapes each run in a new
+        thread (a request thread of Django closes its own).
+    """
+
+    def __init__(self, *, close_connections: bool = False) -> None:
+        self.close_connections = close_connections
+
+    def describe(self) -> Iterable[Metric]:
+        # Registering a collector calls this instead of collect(): no I/O
+        # until the first scrape.
+        families = self._families()
+        return [*families.values(), _up()]
+
+    def collect(self) -> Iterator[Metric]:
+        families = self._families()
+        up = _up()
+        queues = list(get_settings().queues)
+        up.add_metric(["redis"], float(self._read_redis(queues, families)))
+        up.add_metric(["database"], float(self._read_database(queues, families)))
+        yield from families.values()
+        yield up
+
+    def _families(self) -> dict[str, GaugeMetricFamily]:
+        return {
+            name: GaugeMetricFamily(name, text, labels=["queue"])
+            for name, text in GAUGES.items()
+        }
+
+    def _read_redis(
+        self, queues: list[str], families: dict[str, GaugeMetricFamily]
+    ) -> bool:
+        settings = get_settings()
+        try:
+            client = get_client("schedule")
+            shards = stats.read_shards(
+                client, settings.key_prefix, settings.queues.values()
+            )
+            alive = stats.live_workers(client, settings.key_prefix)
+        except RedisUnavailable:
+            for name in _REDIS_GAUGES:
+                del families[name]
+            return False
+        sums: dict[str, dict[str, int]] = {name: {} for name in _REDIS_GAUGES}
+        for queue in queues:
+            for values in sums.values():
+                values[queue] = 0
+        for shard in shards:
+            sums["delayq_due_backlog"][shard.queue] += shard.due
+            sums["delayq_ready_backlog"][shard.queue] += shard.waiting
+            sums["delayq_in_flight"][shard.queue] += shard.pending
+            sums["delayq_dead_letter_backlog"][shard.queue] += shard.dead
+            sums["delayq_unleased_shards"][shard.queue] += shard.lease_holder is None
+        for served in alive.values():
+            for queue in set(served):
+                if queue in sums["delayq_workers"]:
+                    sums["delayq_workers"][queue] += 1
+        for name, values in sums.items():
+            for queue, value in values.items():
+                families[name].add_metric([queue], float(value))
+        return True
+
+    def _read_database(
+        self, queues: list[str], families: dict[str, GaugeMetricFamily]
+    ) -> bool:
+        now = timezone.now()
+        db = router.db_for_read(DelayedTask)
+        try:
+            due = _by_queue(
+                DelayedTask.objects.using(db)
+                .filter(status=Status.SCHEDULED, run_at__lte=now)
+                .order_by()
+                .values_list("queue")
+                .annotate(
+                    overdue=Count(
+                        "pk",
+                        filter=Q(
+                            run_at__lt=now - datetime.timedelta(seconds=OVERDUE_AFTER)
+                        ),
+                    ),
+                    oldest=Min("run_at"),
+                )
+            )
+            outbox = _by_queue(
+                OutboxEntry.objects.using(db)
+                .order_by()
+                .values_list("queue")
+                .annotate(n=Count("pk"), oldest=Min("created_at"))
+            )
+        except DatabaseError:
+            for name in _DATABASE_GAUGES:
+                del families[name]
+            return False
+        finally:
+            if self.close_connections:
+                connections[db].close()
+        for queue in sorted(set(queues) | set(due) | set(outbox)):
+            overdue, oldest_due = due.get(queue, (0, None))
+            entries, oldest_entry = outbox.get(queue, (0, None))
+            families["delayq_overdue_backlog"].add_metric([queue], overdue)
+            families["delayq_oldest_due_seconds"].add_metric(
+                [queue], _age(now, oldest_due)
+            )
+            families["delayq_outbox_backlog"].add_metric([queue], entries)
+            families["delayq_outbox_oldest_seconds"].add_metric(
+                [queue], _age(now, oldest_entry)
+            )
+        return True
+
+
+_REDIS_GAUGES = (
+    "delayq_due_backlog",
+    "delayq_ready_backlog",
+    "delayq_in_flight",
+    "delayq_dead_letter_backlog",
+    "delayq_unleased_shards",
+    "delayq_workers",
+)
+_DATABASE_GAUGES = (
+    "delayq_overdue_backlog",
+    "delayq_oldest_due_seconds",
+    "delayq_outbox_backlog",
+    "delayq_outbox_oldest_seconds",
+)
+
+
+def _up() -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        "delayq_up",
+        "1 if the store answered the last scrape's reads, else 0.",
+        labels=["store"],
+    )
+
+
+def _by_queue(
+    rows: Iterable[tuple[str, int, datetime.datetime | None]],
+) -> dict[str, tuple[int, datetime.datetime | None]]:
+    return {queue: (count, oldest) for queue, count, oldest in rows}
+
+
+def _age(now: datetime.datetime, moment: datetime.datetime | None) -> float:
+    return 0.0 if moment is None else max((now - moment).total_seconds(), 0.0)

@@ -1,0 +1,194 @@
+"""Serving ``/metrics`` over HTTP for the commands.
+
+One process (a dispatcher, a sweeper, a worker, ``delayq_run``):
+:func:`serve_this_process` runs prometheus-client's HTTP server in a thread
+of the process, on the default registry (this process's counters, its
+``process_*`` and ``python_*`` metrics) plus the backlog gauges.
+
+``delayq_worker --processes N``: the tasks run in forked children, each
+with counters of its own, and the supervisor must not start a thread (it
+forks; see :mod:`django_delayq.supervisor`). :class:`AggregateServer`
+follows prometheus-client's multi-process mode: ``PROMETHEUS_MULTIPROC_DIR``
+is set (to a fresh temporary directory, unless the environment names one,
+which is emptied) before prometheus-client is imported, so every child
+writes its counters and histograms to files there, and a separate process,
+forked before the workers, serves their sum and the backlog gauges. A child
+that is recycled leaves its files: its counts stay in the sums, as counters
+must.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from multiprocessing.context import ForkProcess
+from pathlib import Path
+
+from django.db import connections
+
+from ..exceptions import MetricsUnavailable
+from ..store import connection as redis_connection
+from . import enable
+
+#: How long the command waits for the metrics process to listen.
+START_TIMEOUT = 15.0
+
+_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def serve_this_process(addr: str, port: int) -> Callable[[], None]:
+    """Serve this process's metrics and the backlog on ``addr:port``; return
+    the function that stops the server.
+
+    :raises MetricsUnavailable: prometheus-client is not installed.
+    :raises OSError: the address cannot be listened on.
+    """
+    enable()
+    from prometheus_client import REGISTRY, start_http_server
+
+    from .collector import BacklogCollector
+
+    backlog = BacklogCollector(close_connections=True)
+    REGISTRY.register(backlog)
+    try:
+        httpd, thread = start_http_server(port, addr)
+    except BaseException:
+        REGISTRY.unregister(backlog)
+        raise
+
+    def stop() -> None:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+        # The default registry outlives the command (call_command() in a
+        # test, a second command in one process): leave it as it was.
+        REGISTRY.unregister(backlog)
+
+    return stop
+
+
+class AggregateServer:
+    """Serve the sum of a supervisor's children's metrics from a process of
+    its own; see the module docstring."""
+
+    def __init__(self, addr: str, port: int) -> None:
+        self.addr, self.port = addr, port
+        self.directory = ""
+        self._owned = False
+        self._process: ForkProcess | None = None
+
+    def start(self) -> None:
+        """Prepare the directory, start counting, fork the serving process.
+
+        :raises MetricsUnavailable: prometheus-client is not installed, or
+            was imported before the directory could be set.
+        :raises OSError: the serving process could not listen.
+        """
+        self._prepare_directory()
+        try:
+            self._start()
+        except BaseException:
+            # Nothing half-started: no process, no directory of ours left.
+            self.stop()
+            raise
+
+    def _start(self) -> None:
+        enable()
+        from prometheus_client import values
+
+        if values.ValueClass is values.MutexValue:
+            raise MetricsUnavailable(
+                f"prometheus-client was imported before {_ENV} was set, so the "
+                f"worker processes cannot share their metrics: set {_ENV} in "
+                f"the environment of delayq_worker (an empty directory of its "
+                f"own)"
+            )
+        # The serving process opens its own connections; none of these may
+        # reach it (nor, later, the workers the supervisor forks).
+        connections.close_all()
+        redis_connection.reset()
+        context = multiprocessing.get_context("fork")
+        reader, writer = context.Pipe(duplex=False)
+        process = context.Process(
+            target=_serve_aggregate,
+            args=(self.addr, self.port, self.directory, writer, os.getpid()),
+            name="delayq-metrics",
+        )
+        process.start()
+        writer.close()
+        self._process = process
+        try:
+            if not reader.poll(START_TIMEOUT):
+                raise OSError(f"the metrics process did not start in {START_TIMEOUT} s")
+            message = reader.recv_bytes().decode()
+        except EOFError as exc:
+            raise OSError(f"the metrics process failed: {exc}") from exc
+        finally:
+            reader.close()
+        if message != "ok":
+            raise OSError(message)
+
+    def stop(self) -> None:
+        """Stop the serving process; remove the directory if it made it."""
+        process, self._process = self._process, None
+        if process is not None:
+            process.terminate()
+            process.join(5)
+            if process.is_alive():
+                process.kill()
+                process.join()
+        if self._owned:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            os.environ.pop(_ENV, None)
+            self._owned = False
+
+    def _prepare_directory(self) -> None:
+        named = os.environ.get(_ENV) or os.environ.get(_ENV.lower())
+        if named:
+            # prometheus-client: "This directory must be wiped between
+            # process runs": files of an earlier run would add to the sums.
+            directory = Path(named)
+            directory.mkdir(parents=True, exist_ok=True)
+            for stale in directory.glob("*.db"):
+                stale.unlink(missing_ok=True)
+            self.directory = str(directory)
+        else:
+            self.directory = tempfile.mkdtemp(prefix="delayq-metrics-")
+            os.environ[_ENV] = self.directory
+            self._owned = True
+
+
+def _serve_aggregate(
+    addr: str, port: int, directory: str, ready: Connection, parent: int
+) -> None:
+    """The serving process: listen, say so, serve until the parent is gone."""
+    # Inherited from the command: a SIGTERM must end this process, and a
+    # Ctrl-C reaching the whole process group is the command's to handle.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    from .collector import BacklogCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+    registry.register(BacklogCollector(close_connections=True))
+    try:
+        start_http_server(port, addr, registry=registry)
+    except OSError as exc:
+        ready.send_bytes(f"cannot listen on {addr}:{port}: {exc}".encode())
+        return
+    ready.send_bytes(b"ok")
+    ready.close()
+    # A supervisor killed by SIGKILL cannot stop this process: it notices.
+    with contextlib.suppress(KeyboardInterrupt):
+        while os.getppid() == parent:
+            time.sleep(1.0)
