@@ -20,11 +20,12 @@ from django_delayq import cancel, schedule
 from django_delayq.models import DelayedTask, OutboxEntry, Status
 from django_delayq.store import connection
 from django_delayq.store.keys import shard_keys
-from tests.acceptance.processes import ROOT, Processes, wait_for
+from tests.acceptance.processes import ROOT, Processes
 from tests.conftest import delayq_settings
 from tests.metrics_scrape import Samples, parse, scrape, value
 from tests.testapp.models import Ledger
 from tests.testapp.tasks import always_fails, fails_once, record
+from tools.procs import wait_for
 from tools.servers import free_port
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
