@@ -80,11 +80,11 @@ def shop(
         print(running.logs())
 
 
-@pytest.fixture(scope="module")
-def page(chromium: Browser, shop: ExampleShop) -> Iterator[Page]:
-    """One tab for the module, so the admin login carries over between tests."""
+def open_tab(chromium: Browser, shop: ExampleShop, width: int) -> Iterator[Page]:
+    """A tab on ``shop`` of ``width`` pixels, for a module's tests (the admin
+    login carries over between them); no JavaScript error may happen in it."""
     context = chromium.new_context(
-        base_url=shop.url, viewport={"width": 1280, "height": 900}
+        base_url=shop.url, viewport={"width": width, "height": 900}
     )
     context.set_default_timeout(15_000)
     tab = context.new_page()
@@ -95,3 +95,8 @@ def page(chromium: Browser, shop: ExampleShop) -> Iterator[Page]:
     finally:
         context.close()
     assert errors == [], f"JavaScript errors in the pages: {errors}"
+
+
+@pytest.fixture(scope="module")
+def page(chromium: Browser, shop: ExampleShop) -> Iterator[Page]:
+    yield from open_tab(chromium, shop, 1280)

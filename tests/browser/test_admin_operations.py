@@ -23,6 +23,7 @@ import redis
 from playwright.sync_api import Browser, Page, expect
 
 from tests.acceptance.processes import ExampleShop
+from tests.browser.conftest import open_tab
 from tests.browser.test_example_shop import (
     DASHBOARD,
     TASKS,
@@ -63,18 +64,8 @@ def shop(
 
 @pytest.fixture(scope="module")
 def page(chromium: Browser, shop: ExampleShop) -> Iterator[Page]:
-    context = chromium.new_context(
-        base_url=shop.url, viewport={"width": 1400, "height": 900}
-    )
-    context.set_default_timeout(15_000)
-    tab = context.new_page()
-    errors: list[str] = []
-    tab.on("pageerror", lambda error: errors.append(str(error)))
-    try:
-        yield tab
-    finally:
-        context.close()
-    assert errors == [], f"JavaScript errors in the pages: {errors}"
+    # The width of a laptop's browser with the admin's sidebar open.
+    yield from open_tab(chromium, shop, 1400)
 
 
 def last_finish(db: Path) -> datetime.datetime:
