@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from django_delayq import Call, cancel, reschedule, schedule, schedule_many
 from django_delayq.exceptions import DelayQueueException
 from django_delayq.models import DelayedTask, OutboxEntry, Status
-from tests.helpers import due_members, expected_score
+from django_delayq.store.keys import band_of, decode_member, encode_member
+from tests.helpers import expected_score
 from tests.testapp.tasks import add, order_cancel, send_reminder
 from tests.unit.test_payload import json_values
 
@@ -97,6 +98,9 @@ queues = mostly(
     st.none() | st.sampled_from(["orders", "default"]), st.just("nope") | junk
 )
 attempts = mostly(st.none() | st.integers(1, 10), st.integers(-2, 2000) | junk)
+priorities = mostly(
+    st.none() | st.integers(-100, 100), st.integers(-1000, 1000) | st.booleans() | junk
+)
 # replace=True needs a key, which most examples have not.
 replaces = mostly(st.sampled_from([False, False, False, True]), junk)
 
@@ -110,6 +114,7 @@ NAMES = {
     "queue": ("queue",),
     "key": ("key",),
     "max_attempts": ("max_attempts",),
+    "priority": ("priority",),
     "replace": ("replace",),
 }
 
@@ -146,16 +151,21 @@ def as_json(value: Any) -> str:
 
 def check_index(redis_client: Any) -> None:
     """After the commit: the due-sets index exactly the scheduled rows, at
-    their run_at (or the outbox holds what Redis could not take)."""
-    scheduled = {
-        row.pk: expected_score(row)
-        for row in DelayedTask.objects.filter(status=Status.SCHEDULED)
-    }
+    their run_at, each by the member of its priority's band (or the outbox
+    holds what Redis could not take)."""
     pending = set(OutboxEntry.objects.values_list("task_id", flat=True))
-    indexed = due_members(redis_client)
-    assert {k: v for k, v in indexed.items() if k not in pending} == {
-        k: v for k, v in scheduled.items() if k not in pending
+    scheduled = {
+        encode_member(row.pk, band_of(row.priority)): expected_score(row)
+        for row in DelayedTask.objects.filter(status=Status.SCHEDULED)
+        if row.pk not in pending
     }
+    indexed = {
+        member: int(score)
+        for key in redis_client.scan_iter(match="delayq:*:due")
+        for member, score in redis_client.zrange(key, 0, -1, withscores=True)
+        if decode_member(member) not in pending
+    }
+    assert indexed == scheduled
 
 
 def reset(redis_client: Any) -> None:
@@ -174,10 +184,21 @@ def reset(redis_client: Any) -> None:
     queue=queues,
     key=keys,
     max_attempts=attempts,
+    priority=priorities,
     replace=replaces,
 )
 def test_schedule_either_refuses_cleanly_or_writes_what_it_returns(
-    redis_client, task, args, kwargs, delay, eta, queue, key, max_attempts, replace
+    redis_client,
+    task,
+    args,
+    kwargs,
+    delay,
+    eta,
+    queue,
+    key,
+    max_attempts,
+    priority,
+    replace,
 ):
     reset(redis_client)
     with transaction.atomic():
@@ -192,6 +213,7 @@ def test_schedule_either_refuses_cleanly_or_writes_what_it_returns(
                 key=key,
                 replace=replace,
                 max_attempts=max_attempts,
+                priority=priority,
             )
         )
         if refused is not None:
@@ -207,6 +229,8 @@ def test_schedule_either_refuses_cleanly_or_writes_what_it_returns(
                 row.key,
             )
             assert stored.max_attempts == row.max_attempts
+            assert stored.priority == row.priority
+            assert -100 <= stored.priority <= 100
     if refused is not None:
         assert not DelayedTask.objects.exists()
         assert redis_client.dbsize() == 0
@@ -226,6 +250,7 @@ def test_schedule_either_refuses_cleanly_or_writes_what_it_returns(
                 queue=queues,
                 key=keys,
                 max_attempts=attempts,
+                priority=priorities,
             ),
             min_size=1,
             max_size=4,
@@ -248,6 +273,7 @@ def test_schedule_many_is_all_or_nothing(redis_client, calls):
         assert as_json(stored.args) == as_json(row.args)
         assert as_json(stored.kwargs) == as_json(row.kwargs)
         assert stored.run_at == row.run_at
+        assert stored.priority == row.priority
     check_index(redis_client)
 
 
