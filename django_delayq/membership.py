@@ -13,15 +13,23 @@ import random
 import threading
 from collections.abc import Sequence
 
+import redis
+
 from .conf import get_settings
 from .exceptions import RedisUnavailable
 from .ownership import check_prefix_if_reachable
 from .store import leases, streams
-from .store.connection import Client
+from .store.connection import Client, unblock_reads
 from .store.keys import workers_key
 from .timing import retry_pause
 
 logger = logging.getLogger("django_delayq.worker")
+
+
+def beat_seconds(visibility_timeout: float) -> float:
+    """How often a worker's main thread heartbeats the entries in flight and
+    the process itself: three beats fit in a visibility timeout."""
+    return max(visibility_timeout / 3, 0.1)
 
 
 def join(
@@ -63,6 +71,19 @@ def leave(
         streams.remove_idle_consumers(client, stream_keys, consumers)
     except RedisUnavailable as exc:
         logger.debug("worker %s: could not leave the groups: %s", name, exc)
+
+
+def end_blocked_reads(client: Client, name: str) -> bool:
+    """While the worker stops: end its threads' blocked reads now, so that an
+    idle worker exits at once instead of after its read's timeout. False if
+    the server refuses (an ACL without CLIENT LIST/UNBLOCK: the threads then
+    notice the stop when their reads time out)."""
+    try:
+        unblock_reads(client)
+    except redis.RedisError as exc:
+        logger.debug("worker %s: blocked reads left to time out: %s", name, exc)
+        return False
+    return True
 
 
 class Heartbeat:

@@ -183,7 +183,9 @@ class Worker:
         ):
             return self.stats
         heartbeat = membership.Heartbeat(
-            self.name, [q.name for q in self.queues], self._beat_seconds
+            self.name,
+            [q.name for q in self.queues],
+            membership.beat_seconds(self.visibility_timeout),
         )
         if not once:  # a one-off pass is not a worker to watch
             heartbeat.alive(client)
@@ -249,11 +251,14 @@ class Worker:
         how many tasks were stuck past their limit."""
         # The main thread keeps the heartbeat going, also while a graceful
         # stop lets the tasks in flight finish.
-        beat = self._beat_seconds
+        beat = membership.beat_seconds(self.visibility_timeout)
         next_beat = time.monotonic() + beat
         given_up: set[int] = set()
+        unblock = self._readers is None  # a cluster's readers time out
         while alive := [t for t in threads if t.is_alive() and t.ident not in given_up]:
             alive[0].join(timeout=min(beat, WATCH_INTERVAL))
+            if unblock and self._stopping.is_set():
+                unblock = membership.end_blocked_reads(client, self.name)
             for stuck in self.watchdog.check():
                 if stuck.thread_id not in given_up:
                     given_up.add(stuck.thread_id)
@@ -267,12 +272,6 @@ class Worker:
                     heartbeat.alive(client)
                 next_beat = time.monotonic() + beat
         return len(given_up)
-
-    @property
-    def _beat_seconds(self) -> float:
-        """How often the main thread heartbeats the entries in flight and the
-        process itself."""
-        return max(self.visibility_timeout / 3, 0.1)
 
     # -- one thread -------------------------------------------------------------
 

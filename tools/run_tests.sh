@@ -37,11 +37,15 @@ cd "$(dirname "$(realpath "$0")")/.." || exit 2
 
 dbs="sqlite postgres"
 # Worker processes under a supervisor, killed, stuck and recycled; the
-# processes of `make example`, stopped with Ctrl-C.
+# processes of `make example`, stopped with Ctrl-C; delayq_status against
+# killed processes; the metrics endpoints of the commands' processes.
 PROCESS_TESTS=(
     tests/acceptance/test_worker_processes.py
     tests/acceptance/test_time_limit_processes.py
     tests/acceptance/test_example_runner.py
+    tests/acceptance/test_status_processes.py
+    tests/acceptance/test_metrics_processes.py
+    tests/acceptance/test_metrics_without_prometheus.py
 )
 # docs/quickstart.md followed in a fresh project (tests/docs).
 QUICKSTART_TEST=tests/docs/test_quickstart.py

@@ -29,6 +29,7 @@ redirects and re-reads the cluster's slot map when a node fails: see
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Hashable, Iterable
@@ -120,14 +121,37 @@ def _role_options(role: str, settings: Settings) -> dict[str, Any]:
         # back off, carry on), so the client does not retry behind their
         # back. A blocking read waits at most BLOCK_SECONDS on the server;
         # the socket timeout leaves room for that plus a slow network.
-        return {
+        options: dict[str, Any] = {
             "socket_timeout": 10.0 if role == "loop" else BLOCK_SECONDS + 10.0,
             "socket_connect_timeout": 5.0,
             "socket_keepalive": True,
             "health_check_interval": 30,
             "retry": Retry(NoBackoff(), 0),
         }
+        if role == "blocking" and not settings.cluster:
+            # Named, so that a stopping worker can find and end its own
+            # blocked reads (unblock_reads) instead of waiting them out.
+            options["client_name"] = blocking_client_name()
+        return options
     raise ValueError(f"unknown Redis client role {role!r}")
+
+
+def blocking_client_name() -> str:
+    """The name of this process's blocking connections (``CLIENT LIST``)."""
+    return f"delayq-blocking-{os.getpid()}"
+
+
+@translated
+def unblock_reads(client: redis.Redis) -> int:
+    """End this process's blocked reads on ``client``'s server now, as if
+    they had timed out (``CLIENT UNBLOCK``: nothing is delivered to them);
+    how many there were."""
+    name = blocking_client_name()
+    ended = 0
+    for info in client.client_list(_type="normal"):
+        if info.get("name") == name and "b" in info.get("flags", ""):
+            ended += int(client.client_unblock(int(info["id"])))
+    return ended
 
 
 def _build(role: str, settings: Settings) -> redis.Redis:

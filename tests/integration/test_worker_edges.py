@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import threading
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -14,11 +15,11 @@ from django_delayq.models import DelayedTask, Status
 from django_delayq.signals import task_succeeded
 from django_delayq.store import connection
 from django_delayq.store.keys import shard_keys
-from django_delayq.worker import Worker
+from django_delayq.worker import READ_BLOCK_MS, Worker
 from tests.helpers import drain
 from tests.testapp.models import Ledger
 from tests.testapp.tasks import add, exits, fails_once, record
-from tools.servers import free_port
+from tools.procs import free_port, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -164,3 +165,26 @@ def test_once_with_redis_unreachable_is_a_command_error(settings, command, messa
             call_command(command, "--once", verbosity=0)
     finally:
         connection.reset()
+
+
+def test_an_idle_worker_stops_without_waiting_out_its_blocked_reads(redis_client):
+    """stop() ends the threads' blocking reads (CLIENT UNBLOCK), so an idle
+    worker exits at once, not when its reads would have timed out."""
+    worker = Worker(queues=["default"], concurrency=3)
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    name = connection.blocking_client_name()
+
+    def blocked() -> int:
+        return sum(
+            1
+            for info in redis_client.client_list(_type="normal")
+            if info.get("name") == name and "b" in info.get("flags", "")
+        )
+
+    wait_for(lambda: blocked() == 3, 10, "three threads blocked in their reads")
+    worker.stop()
+    # Each read would block for READ_BLOCK_MS (5 s) on the server.
+    runner.join(timeout=READ_BLOCK_MS / 1000 - 1)
+    assert not runner.is_alive()
+    assert blocked() == 0
