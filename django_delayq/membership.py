@@ -13,8 +13,6 @@ import random
 import threading
 from collections.abc import Sequence
 
-import redis
-
 from .conf import get_settings
 from .exceptions import RedisUnavailable
 from .ownership import check_prefix_if_reachable
@@ -80,7 +78,7 @@ def end_blocked_reads(client: Client, name: str) -> bool:
     notice the stop when their reads time out)."""
     try:
         unblock_reads(client)
-    except redis.RedisError as exc:
+    except RedisUnavailable as exc:  # any Redis error, a refusal included
         logger.debug("worker %s: blocked reads left to time out: %s", name, exc)
         return False
     return True

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -13,7 +15,9 @@ from django.db import transaction
 
 from django_delayq import schedule
 from django_delayq.models import OutboxEntry
+from django_delayq.store import connection
 from django_delayq.store.connection import get_client
+from django_delayq.worker import READ_BLOCK_MS, Worker
 from tests.conftest import delayq_settings
 from tests.helpers import expected_score, indexed_score
 from tests.testapp.tasks import add
@@ -158,3 +162,26 @@ def test_after_one_timeout_the_same_request_skips_redis(settings, silent_server)
     assert "Timeout" in errors[tasks[0].pk]
     for task in tasks[1:]:
         assert errors[task.pk].startswith("skipped, Redis failed just before")
+
+
+@pytest.mark.timeout(30)
+def test_a_worker_whose_acl_denies_client_list_still_stops(settings, password_redis):
+    """A common ACL (``+@all -@dangerous``) refuses CLIENT LIST and UNBLOCK:
+    the worker then stops when its blocked reads time out, as it did."""
+    admin = redis.Redis(port=password_redis.port, password="s3cret")
+    admin.execute_command(
+        "ACL", "SETUSER", "worker", "on", ">pw", "~*", "&*", "+@all", "-@dangerous"
+    )
+    admin.close()
+    settings.DELAYQ = delayq_settings(
+        f"redis://worker:pw@127.0.0.1:{password_redis.port}/0"
+    )
+    connection.reset()
+    worker = Worker(queues=["default"])
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    time.sleep(0.5)  # into its blocking read
+    worker.stop()
+    runner.join(timeout=READ_BLOCK_MS / 1000 + 5)
+    assert not runner.is_alive()
+    assert worker.stats.errors == 0
