@@ -29,6 +29,12 @@ LEASE_TTL = "2"
 VISIBILITY_TIMEOUT = "3"
 
 
+@pytest.fixture(autouse=True)
+def _empty_redis(redis_client) -> None:
+    """Start from an empty Redis: a worker another test killed keeps its
+    heartbeat until its visibility timeout, and would count as alive here."""
+
+
 def probe(processes: Processes) -> tuple[int, str]:
     """Run ``delayq_status`` as a probe would: its exit status and report."""
     done = subprocess.run(
