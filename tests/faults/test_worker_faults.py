@@ -124,7 +124,10 @@ def test_sigterm_during_tasks(rig: Rig) -> None:
     """One SIGTERM: the worker finishes what it runs and exits 0. Two: it
     exits at once, and another worker runs its tasks again."""
     procs = [rig.sweeper(), rig.dispatcher()]
-    graceful = rig.worker(label="graceful")
+    # One task per group: a thread that read both slow tasks at once would
+    # otherwise run them one after the other, claimed together, and leave
+    # its other thread free to read the second worker's tasks.
+    graceful = rig.worker("--group-size", "1", label="graceful")
     rig.wait_ready(*procs, graceful)
     # Two slow tasks for each worker: the second starts once the first has
     # both its threads busy, so it reads no more.
