@@ -6,13 +6,23 @@ says ``DELAYQ`` or ``CACHES`` changed (``override_settings`` in tests).
 
 Parsing and the system checks share one validator, :func:`find_problems`, so
 ``manage.py check`` and a runtime error always say the same thing.
+
+A test run gets a key namespace of its own, as Django gives it a database of
+its own: while Django's test environment is set up (``manage.py test``,
+pytest-django), :func:`get_settings` answers with ``TEST_KEY_PREFIX``, or by
+default with ``test_<KEY_PREFIX>_<8 hex digits>``, new for each process (the
+workers of ``test --parallel`` included). The store removes such a
+namespace's keys when the process exits.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
+import sys
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -87,6 +97,11 @@ class Settings:
     sentinel: SentinelSettings | None = None
     #: ``REDIS_URL`` names a node of a Redis Cluster
     cluster: bool = False
+    #: ``TEST_KEY_PREFIX``, the key prefix of a test run (None: generated)
+    test_key_prefix: str | None = None
+    #: ``key_prefix`` is a test run's generated namespace, whose keys are
+    #: removed when its process exits
+    temporary_prefix: bool = False
 
     def queue(self, name: str) -> QueueSettings:
         """Return the settings of queue ``name`` or raise :class:`UnknownQueue`."""
@@ -136,6 +151,7 @@ def parse(raw: Any) -> Settings:
         sentinel=sentinel,
         cluster=values["REDIS_CLUSTER"],
         key_prefix=values["KEY_PREFIX"],
+        test_key_prefix=values["TEST_KEY_PREFIX"],
         queues=queues,
         max_payload_bytes=values["MAX_PAYLOAD_BYTES"],
         max_result_bytes=values["MAX_RESULT_BYTES"],
@@ -155,10 +171,19 @@ def parse(raw: Any) -> Settings:
 
 _lock = threading.Lock()
 _cached: Settings | None = None
+#: The settings of this process's test run: (parsed settings, process id,
+#: the same with the test run's key prefix)
+_test_run: tuple[Settings, int, Settings] | None = None
+#: The process whose test namespace it is, and its random part
+_test_token: tuple[int, str] | None = None
 
 
 def get_settings() -> Settings:
-    """Return the parsed ``DELAYQ`` setting, parsing it on first use."""
+    """Return the parsed ``DELAYQ`` setting, parsing it on first use.
+
+    During a test run the key prefix is the test run's (see the module's
+    docstring); the object returned stays the same until settings change.
+    """
     global _cached
     current = _cached
     if current is None:
@@ -166,7 +191,47 @@ def get_settings() -> Settings:
             if _cached is None:
                 _cached = parse(raw_settings())
             current = _cached
+    if in_test_run():
+        return _for_test_run(current)
     return current
+
+
+def in_test_run() -> bool:
+    """Whether Django's test environment is set up in this process.
+
+    ``setup_test_environment()``, which Django's test runner and
+    pytest-django call before any test and undo after the last, keeps what
+    it changed in ``_TestState.saved_data``; nothing public says so. Looked
+    up in ``sys.modules`` so that a process that never imported Django's
+    test utilities pays nothing.
+    """
+    utils = sys.modules.get("django.test.utils")
+    state = getattr(utils, "_TestState", None)
+    return state is not None and hasattr(state, "saved_data")
+
+
+def _for_test_run(current: Settings) -> Settings:
+    global _test_run
+    pid = os.getpid()
+    known = _test_run
+    if known is None or known[0] is not current or known[1] != pid:
+        with _lock:
+            known = _test_run
+            if known is None or known[0] is not current or known[1] != pid:
+                known = _test_run = (current, pid, _with_test_prefix(current, pid))
+    return known[2]
+
+
+def _with_test_prefix(current: Settings, pid: int) -> Settings:
+    global _test_token
+    if current.test_key_prefix is not None:
+        return replace(current, key_prefix=current.test_key_prefix)
+    if _test_token is None or _test_token[0] != pid:
+        # A forked process (a worker of `test --parallel`) gets a namespace
+        # of its own: its parent removes its own keys when it exits.
+        _test_token = (pid, secrets.token_hex(4))
+    prefix = f"test_{current.key_prefix}_{_test_token[1]}"
+    return replace(current, key_prefix=prefix, temporary_prefix=True)
 
 
 def reset(**kwargs: Any) -> None:

@@ -49,17 +49,20 @@ def find_problems(raw: Any) -> list[Problem]:
     problems = [*_unknown_keys(raw), *connection_problems(raw)]
     problems += _queue_problems(raw.get("QUEUES", DEFAULTS["QUEUES"]))
     problems += _number_problems(raw)
-    prefix = raw.get("KEY_PREFIX", DEFAULTS["KEY_PREFIX"])
-    if not isinstance(prefix, str) or not KEY_PREFIX_PATTERN.match(prefix):
-        problems.append(
-            Problem(
-                check_ids.KEY_PREFIX,
-                f'DELAYQ["KEY_PREFIX"] must be 1-64 characters of letters, '
-                f"digits and _.:- (no braces: they mark Redis Cluster hash "
-                f"tags); got {short_repr(prefix)}.",
-                'Use e.g. "KEY_PREFIX": "delayq".',
+    for key, example in (("KEY_PREFIX", "delayq"), ("TEST_KEY_PREFIX", "test_delayq")):
+        prefix = raw.get(key, DEFAULTS[key])
+        if key == "TEST_KEY_PREFIX" and prefix is None:
+            continue
+        if not isinstance(prefix, str) or not KEY_PREFIX_PATTERN.match(prefix):
+            problems.append(
+                Problem(
+                    check_ids.KEY_PREFIX,
+                    f'DELAYQ["{key}"] must be 1-64 characters of letters, '
+                    f"digits and _.:- (no braces: they mark Redis Cluster hash "
+                    f"tags); got {short_repr(prefix)}.",
+                    f'Use e.g. "{key}": "{example}".',
+                )
             )
-        )
     return problems
 
 

@@ -21,6 +21,7 @@ DEFAULTS: dict[str, Any] = {
     "REDIS_SENTINEL": None,
     "REDIS_CLUSTER": False,
     "KEY_PREFIX": "delayq",
+    "TEST_KEY_PREFIX": None,
     "QUEUES": {},
     "MAX_PAYLOAD_BYTES": 64 * 1024,
     "MAX_RESULT_BYTES": 64 * 1024,

@@ -122,11 +122,7 @@ class Worker:
                 f"visibility_timeout must be more than 0 and at most 86400 "
                 f"seconds; got {visibility_timeout}."
             )
-        self.visibility_timeout = (
-            settings.visibility_timeout
-            if visibility_timeout is None
-            else visibility_timeout
-        )
+        self.visibility_timeout = visibility_timeout or settings.visibility_timeout
         self.name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         keys = [
             shard_keys(settings.key_prefix, queue.name, number)
@@ -141,6 +137,7 @@ class Worker:
         self._stats_lock = threading.Lock()
         self._stopping = threading.Event()
         self._crashed = threading.Event()
+        self._pass_error: Exception | None = None  # what ended a once pass
         self._in_flight = InFlight(self.streams)
         self.watchdog = Watchdog(DEFAULT_GRACE)
         self._reclaimer = Reclaimer(self.streams, self.visibility_timeout)
@@ -228,6 +225,8 @@ class Worker:
             raise RuntimeError(
                 f"worker {self.name}: a thread stopped on an error (logged above)"
             )
+        if self._pass_error is not None:
+            raise self._pass_error
         return self.stats
 
     def stop(self) -> None:
@@ -273,8 +272,6 @@ class Worker:
                 next_beat = time.monotonic() + beat
         return len(given_up)
 
-    # -- one thread -------------------------------------------------------------
-
     def _consume(self, consumer: str, once: bool) -> None:
         client = get_client("blocking")
         batch = Batch(
@@ -314,11 +311,15 @@ class Worker:
                     self._in_flight.retry_first(
                         [dataclasses.replace(e, reclaimed=True) for e in pending]
                     )
+                    if once:
+                        return self._end_pass(exc)
                     failures += 1
                     self._pause(consumer, exc, failures)
                 except Exception as exc:
                     # Reclaimed after the visibility timeout; the rows decide.
                     self._in_flight.release(pending)
+                    if once:
+                        return self._end_pass(exc)
                     failures += 1
                     self._pause(consumer, exc, failures)
         except BaseException:
@@ -328,26 +329,26 @@ class Worker:
         finally:
             connections.close_all()
 
+    def _end_pass(self, exc: Exception) -> None:
+        """End a ``once`` pass at its first error, for :meth:`run` to raise
+        ("do what is due and exit" must not wait for a database that may
+        never answer: a test's own transaction holding SQLite)."""
+        self._pass_error = self._pass_error or exc
+        self.stop()
+
     def _answering(self, consumer: str, failures: int) -> int:
         """Say so when a thread works again after errors; the new count."""
         if failures:
-            logger.warning(
-                "worker %s: working again, after %d failed attempt(s)",
-                consumer,
-                failures,
-            )
+            again = "worker %s: working again, after %d failed attempt(s)"
+            logger.warning(again, consumer, failures)
         return 0
 
     def _pause(self, consumer: str, exc: Exception, failures: int) -> None:
         self._count("errors")
         pause = retry_pause(failures)
         if isinstance(exc, RedisUnavailable | DatabaseError):
-            logger.warning(
-                "worker %s: %s; retrying in %.1f s",
-                consumer,
-                error_text(exc),
-                pause,
-            )
+            text = error_text(exc)
+            logger.warning("worker %s: %s; retrying in %.1f s", consumer, text, pause)
         else:
             logger.error(
                 "worker %s: unexpected error; carrying on", consumer, exc_info=exc

@@ -32,8 +32,9 @@ hypothesis_settings.load_profile("delayq")
 
 
 def delayq_settings(url: str, **extra: Any) -> dict[str, Any]:
+    """The suite's DELAYQ on the Redis at ``url`` (see tests/settings.py)."""
     queues = {"orders": {"shards": 4}, "reports": {}}
-    return {"REDIS_URL": url, "QUEUES": queues, **extra}
+    return {"REDIS_URL": url, "QUEUES": queues, "TEST_KEY_PREFIX": "delayq", **extra}
 
 
 @pytest.fixture(scope="session")

@@ -90,10 +90,14 @@ else:
         }
     }
 
-# The conftest points the session at its private redis-server.
+# The conftest points the session at its private redis-server. The suite
+# keeps the plain prefix in its test run (TEST_KEY_PREFIX): the commands it
+# starts as subprocesses are no test run, and it reads their keys by name.
+# A project's own test run gets a namespace of its own instead.
 DELAYQ = {
     "REDIS_URL": os.environ.get("DELAYQ_REDIS_URL", "redis://127.0.0.1:1/0"),
     "QUEUES": {"orders": {"shards": 4}, "reports": {}},
+    "TEST_KEY_PREFIX": "delayq",
 }
 
 # Django's Tasks framework (django.tasks on Django 6, the django-tasks

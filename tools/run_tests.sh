@@ -47,8 +47,13 @@ PROCESS_TESTS=(
     tests/acceptance/test_metrics_processes.py
     tests/acceptance/test_metrics_without_prometheus.py
 )
-# docs/quickstart.md followed in a fresh project (tests/docs).
-QUICKSTART_TEST=tests/docs/test_quickstart.py
+# Fresh projects of their own, on their own SQLite file: docs/quickstart.md
+# followed (tests/docs), and a project's own `manage.py test` beside its
+# development processes.
+USER_PROJECT_TESTS=(
+    tests/docs/test_quickstart.py
+    tests/acceptance/test_user_project_tests.py
+)
 # Fault scenarios on a Sentinel set-up and on a Redis Cluster.
 TOPOLOGY_TESTS=(
     tests/faults/test_sentinel_faults.py
@@ -153,12 +158,14 @@ run_django_suite() {
 
 for leg in "${legs[@]}"; do
     for db in $dbs; do
-        # The quickstart's project has its own SQLite file, whatever the
-        # suite's database: once per leg, with the last one.
-        quickstart=()
-        if [[ $db != "${dbs##* }" ]]; then quickstart=(--ignore="$QUICKSTART_TEST"); fi
+        # The user projects have their own SQLite file, whatever the suite's
+        # database: once per leg, with the last one.
+        projects=()
+        if [[ $db != "${dbs##* }" ]]; then
+            projects=("${USER_PROJECT_TESTS[@]/#/--ignore=}")
+        fi
         run_pytest "$leg" "$db" "$leg" --ignore=tests/faults --ignore=tests/browser \
-            "${PROCESS_TESTS[@]/#/--ignore=}" "${quickstart[@]}" "${pytest_args[@]}"
+            "${PROCESS_TESTS[@]/#/--ignore=}" "${projects[@]}" "${pytest_args[@]}"
     done
     # Once per leg, on the last database.
     run_django_suite "$leg" "${dbs##* }"

@@ -43,6 +43,7 @@ from redis.retry import Retry
 from ..conf import DJANGO_REDIS_CACHE, SentinelSettings, Settings, get_settings
 from ..exceptions import RedisUnavailable
 from .errors import translated
+from .namespace import remove_at_exit
 
 #: A client as the store's functions take it: a single Redis, a
 #: Sentinel-managed primary's or a Redis Cluster's (which sends the same
@@ -251,6 +252,8 @@ def get_client(role: str = "schedule") -> redis.Redis:
             if _state is None or _state[0] is not settings:
                 _close(_state)
                 _state = (settings, {})
+                if settings.temporary_prefix:
+                    remove_at_exit(settings, lambda: _build("loop", settings))
             state = _state
     clients = state[1]
     client = clients.get(role)

@@ -37,6 +37,9 @@ from tools.servers import RedisServer
 #: DELAYQ values every scenario uses unless it overrides them: a fault must
 #: be noticed and repaired in seconds, not in the production defaults' minutes.
 FAULT_DELAYQ: dict[str, Any] = {
+    # The commands a scenario starts are no test run: the test process keeps
+    # their prefix too (see tests/settings.py).
+    "TEST_KEY_PREFIX": "delayq",
     "VISIBILITY_TIMEOUT": 2.0,
     "RETRY_BACKOFF": 0.2,
     "RETRY_BACKOFF_MAX": 1.0,

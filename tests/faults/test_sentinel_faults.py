@@ -102,7 +102,7 @@ def test_a_django_redis_cache_on_sentinel_can_be_shared(
             },
         },
     }
-    settings.DELAYQ = {"CACHE_ALIAS": "redis"}
+    settings.DELAYQ = {"CACHE_ALIAS": "redis", "TEST_KEY_PREFIX": "delayq"}
     connection.reset()
 
     task = schedule(add, args=[2, 3])

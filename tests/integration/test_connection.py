@@ -36,7 +36,11 @@ def test_cache_alias_reuses_a_django_redis_caches_server(
             "LOCATION": redis_server.url,
         },
     }
-    settings.DELAYQ = {"CACHE_ALIAS": "redis", "QUEUES": {"orders": {}}}
+    settings.DELAYQ = {
+        "CACHE_ALIAS": "redis",
+        "QUEUES": {"orders": {}},
+        "TEST_KEY_PREFIX": "delayq",
+    }
     task = schedule(add, args=[1, 2], delay=30)
     assert indexed_score(redis_client, task) == expected_score(task)
     # Our own pool, with our timeouts, not the cache's.
@@ -58,7 +62,11 @@ def test_cache_alias_may_name_djangos_own_redis_cache(settings, password_redis):
             "OPTIONS": {"health_check_interval": 30},
         },
     }
-    settings.DELAYQ = {"CACHE_ALIAS": "redis", "QUEUES": {"orders": {}}}
+    settings.DELAYQ = {
+        "CACHE_ALIAS": "redis",
+        "QUEUES": {"orders": {}},
+        "TEST_KEY_PREFIX": "delayq",
+    }
     found = checks.run_checks(tags=["django_delayq"])
     assert "delayq.E004" not in {message.id for message in found}
     task = schedule(add, args=[1, 2], delay=30)

@@ -109,7 +109,12 @@ def test_check_with_the_database_reports_it_as_e014(
 def test_a_prefix_of_its_own_works_beside_theirs(
     redis_client, claimed_by_another_project, settings
 ):
-    settings.DELAYQ = {**settings.DELAYQ, "KEY_PREFIX": "shop"}
+    # (This suite pins its test run's prefix: see tests/settings.py.)
+    settings.DELAYQ = {
+        **settings.DELAYQ,
+        "KEY_PREFIX": "shop",
+        "TEST_KEY_PREFIX": "shop",
+    }
     task = schedule(add, args=[2, 3])
     drain()
     assert refresh(task).status == Status.SUCCEEDED

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
+from django.db import DatabaseError, connections, router
 
 from django_delayq.exceptions import RedisUnavailable, WorkerStuck
 from django_delayq.management.lifecycle import (
@@ -19,6 +19,7 @@ from django_delayq.management.metrics import (
     metrics_served,
 )
 from django_delayq.management.processes import add_process_options, process_options
+from django_delayq.models import DelayedTask
 from django_delayq.store.errors import error_text
 from django_delayq.supervisor import Supervisor
 from django_delayq.worker import Worker
@@ -26,6 +27,19 @@ from django_delayq.worker import Worker
 #: The exit status of a worker that gave up on a task it could not
 #: interrupt (EX_SOFTWARE): restart it.
 EXIT_STUCK = 70
+
+IN_TRANSACTION_HINT = (
+    ". call_command('delayq_worker', once=True) ran inside a transaction "
+    "(django.test.TestCase wraps every test in one): the worker's threads use "
+    "database connections of their own, which that transaction keeps out "
+    "(SQLite) or hides its rows from. Run it from a TransactionTestCase."
+)
+
+
+def caller_in_transaction() -> bool:
+    """Whether this thread holds a transaction on the task rows' database."""
+    alias = router.db_for_write(DelayedTask)
+    return connections[alias].in_atomic_block
 
 
 class Command(BaseCommand):
@@ -69,12 +83,16 @@ class Command(BaseCommand):
                 command_context(worker.stop, "delayq_worker", verbosity),
                 metrics_served(options),
             ):
+                in_transaction = caller_in_transaction()
                 try:
                     stats = worker.run(once=options["once"])
                 except (RedisUnavailable, DatabaseError) as exc:
                     # Only --once gets here: a worker that runs on waits for
                     # Redis and the database, logging each failure.
-                    raise CommandError(f"worker failed: {error_text(exc)}") from exc
+                    hint = IN_TRANSACTION_HINT if in_transaction else ""
+                    raise CommandError(
+                        f"worker failed: {error_text(exc)}{hint}"
+                    ) from exc
                 except WorkerStuck as exc:
                     # The stuck thread cannot be stopped; only the process
                     # can. Its process manager starts a fresh one.

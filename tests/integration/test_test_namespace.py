@@ -1,0 +1,91 @@
+"""A test run's own key namespace: ``test_<KEY_PREFIX>_<hex>`` by default.
+
+This suite runs inside Django's test environment (pytest-django), as a
+project's tests do; its settings pin ``TEST_KEY_PREFIX``, which these tests
+take away. A project's whole ``manage.py test`` beside its development
+processes is tested in tests/acceptance/test_user_project_tests.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+from django.core import checks
+
+from django_delayq import schedule
+from django_delayq.conf import get_settings, in_test_run
+from django_delayq.store.connection import get_client
+from django_delayq.store.namespace import remove_keys
+from tests.testapp.tasks import add
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def default_namespace(settings, redis_client):
+    delayq = dict(settings.DELAYQ)
+    del delayq["TEST_KEY_PREFIX"]
+    settings.DELAYQ = delayq
+
+
+def test_a_test_run_gets_a_namespace_of_its_own(default_namespace, redis_client):
+    assert in_test_run()
+    prefix = get_settings().key_prefix
+    assert re.fullmatch(r"test_delayq_[0-9a-f]{8}", prefix)
+    assert get_settings().key_prefix == prefix  # the same for the whole run
+
+    schedule(add, args=[1, 2], delay=60)
+    keys = {key.decode() for key in redis_client.scan_iter()}
+    assert f"{prefix}:{{default:0}}:due" in keys
+    assert not [key for key in keys if key.startswith("delayq:")]
+
+
+def test_the_namespace_follows_key_prefix(default_namespace, settings):
+    before = get_settings().key_prefix
+    settings.DELAYQ = {**settings.DELAYQ, "KEY_PREFIX": "shop"}
+    after = get_settings().key_prefix
+    assert after == "test_shop_" + before.removeprefix("test_delayq_")
+
+
+def test_a_forked_process_gets_another_namespace(default_namespace):
+    ours = get_settings().key_prefix
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a worker of `manage.py test --parallel`
+        try:
+            os.write(write, get_settings().key_prefix.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        theirs = pipe.read()
+    os.waitpid(pid, 0)
+    assert re.fullmatch(r"test_delayq_[0-9a-f]{8}", theirs)
+    assert theirs != ours
+
+
+def test_test_key_prefix_is_used_as_it_is(settings):
+    settings.DELAYQ = {**settings.DELAYQ, "TEST_KEY_PREFIX": "shop-tests"}
+    assert get_settings().key_prefix == "shop-tests"
+
+
+def test_removing_a_namespace_leaves_other_keys(default_namespace, redis_client):
+    redis_client.set("delayq:owner", "the development project")
+    redis_client.set("test_delayq_other:owner", "another test run")
+    schedule(add, args=[1, 2], delay=60)
+    prefix = get_settings().key_prefix
+
+    assert remove_keys(get_client("loop"), prefix) >= 1
+
+    left = sorted(key.decode() for key in redis_client.scan_iter())
+    assert left == ["delayq:owner", "test_delayq_other:owner"]
+
+
+@pytest.mark.parametrize("value", ["", "a{b}", 7])
+def test_a_bad_test_key_prefix_is_e007(settings, value):
+    settings.DELAYQ = {**settings.DELAYQ, "TEST_KEY_PREFIX": value}
+    errors = [m for m in checks.run_checks() if m.id == "delayq.E007"]
+    assert len(errors) == 1
+    assert 'DELAYQ["TEST_KEY_PREFIX"]' in errors[0].msg
