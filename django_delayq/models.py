@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import Q, Value
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -71,9 +71,12 @@ class DelayedTask(models.Model):
         _("attempts"), default=0, help_text=_("Runs started so far.")
     )
     max_attempts = models.PositiveIntegerField(_("max attempts"), default=3)
+    # db_default as well as default: a row inserted by an earlier version,
+    # which does not know the column, still gets a value during a deploy.
     priority = models.SmallIntegerField(
         _("priority"),
         default=0,
+        db_default=0,
         help_text=_(
             "From -100 to 100: among due tasks, a higher band (above 0, 0, "
             "below 0) starts first."
@@ -84,6 +87,7 @@ class DelayedTask(models.Model):
         max_length=64,
         blank=True,
         default="",
+        db_default="",
         help_text=_(
             "The ready-stream entry whose delivery started the current attempt; "
             "only that entry may take the attempt over from a dead worker."
@@ -92,6 +96,7 @@ class DelayedTask(models.Model):
     worker_ids = models.JSONField(
         _("workers"),
         default=list,
+        db_default=Value([], output_field=models.JSONField()),
         blank=True,
         help_text=_(
             "The worker thread (host:pid:id-thread) that claimed each attempt, "

@@ -1,0 +1,137 @@
+"""The migrations keep the upgrade policy (docs/guide/upgrading.md).
+
+During a deploy the previous release keeps running against a database that
+the new release's ``migrate`` already changed, so a migration may only
+expand the schema: a new column is nullable or has a database default, no
+column or table is renamed or dropped in the release that stops using it
+(that waits for a later release), no column becomes stricter, and an index
+on an existing table is built concurrently on PostgreSQL (a plain
+``CREATE INDEX`` blocks every ``schedule()`` while it builds).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.postgres.operations import AddIndexConcurrently
+from django.db import migrations
+from django.db.migrations.loader import MigrationLoader
+from django.db.models import NOT_PROVIDED, Field
+
+APP = "django_delayq"
+
+#: What earlier migrations did before the policy, each made good since:
+#: the Python-only defaults of 0002, 0005 and 0006 became database defaults
+#: in 0007; 0004 builds its index with a plain CREATE INDEX, which the
+#: upgrading guide tells the operator of a large table to build beforehand.
+GRANDFATHERED = {
+    ("0002_claim_entry", "AddField claim_entry"),
+    ("0004_key_index", "AddIndex delayq_key"),
+    ("0005_worker_ids", "AddField worker_ids"),
+    ("0006_priority", "AddField priority"),
+}
+
+#: Attributes an AlterField may change: they live in Python or in the
+#: column's default, which the previous release does not depend on.
+HARMLESS = {"default", "db_default", "help_text", "verbose_name", "blank", "choices"}
+
+REMOVALS = (
+    migrations.RemoveField,
+    migrations.RenameField,
+    migrations.DeleteModel,
+    migrations.RenameModel,
+    migrations.RemoveConstraint,
+)
+
+
+def field_breaks_old_inserts(field: Field[Any, Any]) -> bool:
+    return (
+        not field.null
+        and field.db_default is NOT_PROVIDED
+        and not getattr(field, "primary_key", False)
+    )
+
+
+def attributes(field: Field[Any, Any]) -> dict[str, Any]:
+    _, _, _, kwargs = field.deconstruct()
+    return {k: v for k, v in kwargs.items() if k not in HARMLESS}
+
+
+def problems_of(loader: MigrationLoader, name: str) -> list[tuple[str, str]]:
+    migration = loader.disk_migrations[(APP, name)]
+    before = loader.project_state((APP, name), at_end=False)
+    found = []
+    for op in migration.operations:
+        if isinstance(op, migrations.AddField):
+            if field_breaks_old_inserts(op.field):
+                found.append(f"AddField {op.name}")
+            elif op.field.db_index or op.field.unique:
+                found.append(f"AddField {op.name} with an index")
+        elif isinstance(op, REMOVALS):
+            found.append(f"{type(op).__name__} {getattr(op, 'name', '')}".strip())
+        elif isinstance(op, migrations.AlterField):
+            old = before.models[APP, op.model_name_lower].fields[op.name]
+            if attributes(old) != attributes(op.field):
+                found.append(f"AlterField {op.name} changes the column")
+            elif field_breaks_old_inserts(op.field) and not field_breaks_old_inserts(
+                old
+            ):
+                found.append(f"AlterField {op.name} drops the database default")
+        elif isinstance(
+            op, migrations.AddIndex | migrations.AddConstraint
+        ) and not isinstance(op, AddIndexConcurrently):
+            label = getattr(op, "index", None) or getattr(op, "constraint", None)
+            found.append(f"{type(op).__name__} {label.name}")  # type: ignore[union-attr]
+    return [(name, problem) for problem in found]
+
+
+def our_migrations(loader: MigrationLoader) -> list[str]:
+    return sorted(name for app, name in loader.disk_migrations if app == APP)
+
+
+@pytest.fixture(scope="module")
+def loader() -> MigrationLoader:
+    return MigrationLoader(None, ignore_no_migrations=True)
+
+
+def test_every_migration_keeps_the_policy(loader):
+    found = {p for name in our_migrations(loader) for p in problems_of(loader, name)}
+    assert found == GRANDFATHERED
+
+
+def test_the_check_finds_what_breaks_the_previous_release(loader):
+    """Each rule, on a migration that breaks it (built here, not on disk)."""
+    from django.db import models
+
+    name = our_migrations(loader)[-1]
+    migration = loader.disk_migrations[(APP, name)]
+    kept = migration.operations
+    try:
+        migration.operations = [
+            migrations.AddField(
+                "delayedtask", "flag", models.BooleanField(default=False)
+            ),
+            migrations.AddField("delayedtask", "note", models.TextField(null=True)),
+            migrations.RemoveField("delayedtask", "claim_entry"),
+            migrations.RenameField("delayedtask", "key", "dedupe_key"),
+            migrations.AddIndex(
+                "delayedtask", models.Index(fields=["queue"], name="delayq_queue")
+            ),
+            AddIndexConcurrently(
+                "delayedtask", models.Index(fields=["shard"], name="delayq_shard")
+            ),
+            migrations.AlterField(
+                "delayedtask", "last_error", models.CharField(max_length=100)
+            ),
+        ]
+        found = [problem for _, problem in problems_of(loader, name)]
+    finally:
+        migration.operations = kept
+    assert found == [
+        "AddField flag",
+        "RemoveField claim_entry",
+        "RenameField key",
+        "AddIndex delayq_queue",
+        "AlterField last_error changes the column",
+    ]
