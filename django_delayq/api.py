@@ -317,8 +317,3 @@ def _release_key(key: str, db: str) -> None:
     holder = written(lookup, db, status=Status.CANCELLED, finished_at=now)
     unindex_after_commit([holder], OutboxEntry.Action.CANCEL, db)
     signals.send_on_commit(signals.task_cancelled, [holder], db)
-
-
-# Task.schedule() calls schedule(); registry cannot import this module, which
-# imports it.
-registry.use_scheduler(schedule)

@@ -61,21 +61,12 @@ class Task(Generic[P, R]):
 
     def schedule(self, **options: Unpack[ScheduleOptions]) -> DelayedTask:
         """Schedule this task; ``options`` as for :func:`django_delayq.schedule`."""
-        if _scheduler is None:  # importing the package imports api: never
-            raise RuntimeError("django_delayq.api is not imported")
-        return _scheduler(self, **options)
+        # Imported here, as Django's Task.get_backend() imports its backends:
+        # api imports this module, and the models, which a tasks module
+        # imported while apps load must not import yet.
+        from .api import schedule
 
-
-#: :func:`django_delayq.schedule`, handed over by :mod:`django_delayq.api`
-#: when it is imported, which importing the package always does. This module
-#: does not import api: api imports it.
-_scheduler: Callable[..., DelayedTask] | None = None
-
-
-def use_scheduler(schedule: Callable[..., DelayedTask]) -> None:
-    """Set what :meth:`Task.schedule` calls (done by :mod:`django_delayq.api`)."""
-    global _scheduler
-    _scheduler = schedule
+        return schedule(self, **options)
 
 
 _registry: dict[str, Task[Any, Any]] = {}
