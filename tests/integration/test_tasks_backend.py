@@ -41,7 +41,7 @@ from django_delayq.exceptions import (
 from django_delayq.models import DelayedTask, Status
 from django_delayq.store.keys import shard_keys
 from django_delayq.timing import ceil_ms
-from tests.helpers import drain, expected_score, indexed_score
+from tests.helpers import drain, due_members, expected_score, indexed_score
 from tests.testapp import tasks as delayq_tasks
 from tests.testapp.django_tasks import (
     Boom,
@@ -407,6 +407,26 @@ def test_bad_arguments_are_refused_and_write_nothing(redis_client, settings):
     with pytest.raises(UnknownQueue, match="'emails'"):
         add.using(queue_name="emails").enqueue(1, 2)
     assert not DelayedTask.objects.exists()
+
+
+def test_arguments_that_do_not_fit_the_task_are_refused_at_enqueue(redis_client):
+    with pytest.raises(TypeError) as caught:
+        add.enqueue(1, 2, 3)
+    assert str(caught.value) == (
+        "tests.testapp.django_tasks.add: refused at schedule time, nothing was "
+        "written: add() takes 2 positional arguments but 3 were given; it is "
+        "add(a, b). Pass args= and kwargs= that fit it."
+    )
+    # A takes_context task's context is the worker's to pass, not the caller's.
+    with pytest.raises(
+        TypeError, match=r"flaky\(\) missing .* 'key'; it is flaky\(key\)"
+    ):
+        flaky.enqueue()
+    with pytest.raises(TypeError, match="unexpected keyword argument 'context'"):
+        flaky.enqueue("k", context=None)
+    assert not DelayedTask.objects.exists()
+    assert due_members(redis_client) == {}
+    assert flaky.enqueue("k").args == ["k"]
 
 
 def test_a_task_runs_only_on_the_backend_it_is_declared_for(redis_client):

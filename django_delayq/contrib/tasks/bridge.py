@@ -23,6 +23,7 @@ direction only: ``compat``, ``results``, ``backend``, then this one.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
 import threading
@@ -78,6 +79,15 @@ class FrameworkTask(registry.Task[..., Any]):
         self.django_task = django_task
         self.backend = backend
         _connect_signals()
+
+    def read_signature(self) -> inspect.Signature:
+        """The task function's, without the ``TaskContext`` the worker
+        passes a ``takes_context`` task: not an argument of the caller's."""
+        signature = super().read_signature()
+        if not self.django_task.takes_context:
+            return signature
+        parameters = list(signature.parameters.values())[1:]
+        return signature.replace(parameters=parameters)
 
 
 def resolve(name: str) -> FrameworkTask | None:
