@@ -174,16 +174,40 @@ def test_a_due_task_runs_and_its_result_is_read_back_from_the_row(redis_client):
 
 
 def test_run_after_defers_the_task_to_that_moment(redis_client):
-    run_after = timezone.now() + datetime.timedelta(hours=1)
+    run_after = timezone.now().replace(microsecond=123_456) + datetime.timedelta(
+        hours=1
+    )
     result = add.using(run_after=run_after).enqueue(1, 1)
     row = DelayedTask.objects.get(pk=result.id)
-    assert row.run_at == ceil_ms(run_after)
+    assert row.run_at == run_after  # to the microsecond
+    # Never dispatched early: the score is rounded up to the millisecond.
     assert indexed_score(redis_client, row) == expected_score(row)
+    assert expected_score(row) == int(ceil_ms(run_after).timestamp() * 1000)
     drain()
-    later = add.get_result(result.id)
+    later = task_backends["default"].get_result(result.id)
     assert later.status == TaskResultStatus.READY
-    assert later.task.run_after == row.run_at
+    assert later.task.run_after == result.task.run_after == run_after
+    assert later.task == result.task
     assert DelayedTask.objects.get(pk=result.id).attempts == 0
+
+
+@pytest.mark.parametrize(
+    "run_after",
+    [
+        datetime.datetime(2001, 2, 3, 4, 5, 6, 789_012, tzinfo=datetime.UTC),
+        None,
+    ],
+)
+def test_a_result_read_back_has_the_run_after_enqueue_returned(redis_client, run_after):
+    """A past run_after too (due at once): not None, and not rounded."""
+    result = add.using(run_after=run_after).enqueue(1, 1)
+    later = task_backends["default"].get_result(result.id)
+    assert later.task.run_after == result.task.run_after == run_after
+    assert later.task == result.task
+    drain()
+    done = task_backends["default"].get_result(result.id)
+    assert (done.status, done.return_value) == (TaskResultStatus.SUCCESSFUL, 2)
+    assert done.task.run_after == run_after
 
 
 def test_run_after_must_be_aware():

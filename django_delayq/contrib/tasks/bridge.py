@@ -36,6 +36,7 @@ from ... import registry, signals
 from ...conf import get_settings
 from ...exceptions import TaskNotRegistered
 from ...payload import check_value, encode_json
+from ...timing import resolve_run_at
 from . import compat
 
 compat.require()
@@ -130,12 +131,15 @@ def _runner(django_task: Task[..., Any]) -> Callable[..., Any]:
             if row is None or row.name != django_task.module_path:
                 from ...models import DelayedTask
 
-                # Called outside a worker: a first attempt, of no row.
+                # Called outside a worker: a first attempt, of no row, due
+                # when it is made (not deferred).
+                now = timezone.now()
                 row = DelayedTask(
                     name=django_task.module_path,
                     args=list(args),
                     kwargs=kwargs,
-                    run_at=timezone.now(),
+                    created_at=now,
+                    run_at=resolve_run_at(None, None, now=now),
                     status="running",
                     attempts=1,
                 )
