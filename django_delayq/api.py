@@ -92,6 +92,8 @@ def schedule(
         band start first: high (above 0), normal (0), low (below 0).
     :param using: the database alias; defaults to the router's choice.
     :returns: the saved :class:`~django_delayq.models.DelayedTask`.
+    :raises TypeError: ``args`` and ``kwargs`` do not fit the task
+        function's signature (nothing is written).
     """
     if not isinstance(replace, bool):
         raise InvalidArgument(f"replace= must be True or False; got {replace!r}.")
@@ -140,7 +142,7 @@ def schedule_many(
                 f"schedule_many() takes Call objects; item {position} is a "
                 f"{type(call).__name__}."
             )
-        task = _prepare(call, now, targets)
+        task = _prepare(call, now, targets, position)
         if task.key is not None:
             if task.key in seen_keys:
                 raise DuplicateTask(
@@ -162,8 +164,10 @@ def schedule_many(
 
 @dataclass(frozen=True)
 class _Target:
-    """What a call resolves to before its payload: task name, queue, attempts."""
+    """What a call resolves to before its payload: the task, its queue,
+    attempts and priority."""
 
+    task: registry.Task[Any, Any]
     name: str
     queue: str
     shards: int
@@ -187,20 +191,24 @@ def _target(call: Call) -> _Target:
     registry.validate_max_attempts(max_attempts, where="max_attempts=")
     priority = registered.priority if call.priority is None else call.priority
     registry.validate_priority(priority, where="priority=")
-    return _Target(registered.name, queue.name, queue.shards, max_attempts, priority)
+    return _Target(
+        registered, registered.name, queue.name, queue.shards, max_attempts, priority
+    )
 
 
 def _prepare(
     call: Call,
     now: datetime.datetime | None = None,
     targets: dict[tuple[Any, ...], _Target] | None = None,
+    position: int | None = None,
 ) -> DelayedTask:
     """Validate one call and return its unsaved row (no I/O).
 
     ``schedule_many()`` passes one ``now`` for the whole batch (every delay
     counts from the same instant, and the clock is read once) and a
     ``targets`` cache, so that a batch of calls to the same task resolves the
-    task, queue and attempts once.
+    task, queue and attempts once, and the call's ``position`` in the batch,
+    which an error names.
     """
     if targets is None:
         target = _target(call)
@@ -227,6 +235,15 @@ def _prepare(
     args, kwargs = check_payload(
         call.args, call.kwargs, max_bytes=get_settings().max_payload_bytes
     )
+    # Bound as they are stored, as the worker will bind them: a call that
+    # cannot work is refused now, not when it is due.
+    problem = target.task.argument_problem(args, kwargs)
+    if problem is not None:
+        where = "" if position is None else f"schedule_many() item {position}: "
+        raise TypeError(
+            f"{where}{target.name}: refused at schedule time, nothing was "
+            f"written: {problem}. Pass args= and kwargs= that fit it."
+        )
     if call.key is not None:
         if not isinstance(call.key, str) or not 0 < len(call.key) <= MAX_KEY_LENGTH:
             raise InvalidArgument(
@@ -317,8 +334,3 @@ def _release_key(key: str, db: str) -> None:
     holder = written(lookup, db, status=Status.CANCELLED, finished_at=now)
     unindex_after_commit([holder], OutboxEntry.Action.CANCEL, db)
     signals.send_on_commit(signals.task_cancelled, [holder], db)
-
-
-# Task.schedule() calls schedule(); registry cannot import this module, which
-# imports it.
-registry.use_scheduler(schedule)

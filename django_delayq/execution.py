@@ -185,6 +185,9 @@ def run_alone(
     watchdog: Watchdog = NO_WATCHDOG,
 ) -> bool:
     """Run the function and record the outcome; False if the attempt was fenced."""
+    problem = registered.argument_problem(row.args, row.kwargs)
+    if problem is not None:
+        return refuse_arguments(row, problem)
     db = write_db()
     committed: list[bool] = []
     limit = time_limit_of(registered)
@@ -231,6 +234,23 @@ def run_alone(
 #: What a task's function may raise that fails its attempt (and no more):
 #: task code calling sys.exit() must not end a worker thread.
 FAILURES = (Exception, SystemExit, KeyboardInterrupt, TimeLimitExceeded)
+
+
+def refuse_arguments(row: DelayedTask, problem: str) -> bool:
+    """Fail a task whose stored arguments do not fit its function, without
+    calling it; False if the attempt was fenced.
+
+    Every attempt would raise the same ``TypeError`` (a row scheduled before
+    the function's signature changed): retrying it only delays the failure.
+    A ``TypeError`` raised inside the function is an ordinary failure.
+    """
+    exc = TypeError(
+        f"{row.name}: not called, its stored arguments do not fit it: {problem}. "
+        f"Schedule it again with arguments that fit."
+    )
+    error = f"TypeError: {exc}"
+    trace = "".join(traceback.format_exception_only(exc))
+    return fail(row, row.attempts, error, trace, expect=Status.RUNNING)
 
 
 def time_limit_of(registered: registry.Task[Any, Any]) -> float | None:

@@ -45,6 +45,7 @@ from .execution import (
     failure_text,
     log_event,
     record_failure,
+    refuse_arguments,
     report_success,
     run_alone,
     stored_value,
@@ -257,6 +258,11 @@ def _run_one(
 ) -> transitions.Success | None:
     """Run one task of a group in a savepoint; its success, or None if it
     raised (its failure is then recorded in the group's transaction)."""
+    problem = registered.argument_problem(row.args, row.kwargs)
+    if problem is not None:
+        if not refuse_arguments(row, problem):
+            raise Fenced
+        return None
     limit = time_limit_of(registered)
     started = row.started_at = timezone.now()
     log_event(logging.DEBUG, "started", row)

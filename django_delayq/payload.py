@@ -48,23 +48,26 @@ def check_payload(
     than the limit allows, before the rest is checked or anything encoded.
     """
     if isinstance(args, str | bytes) or not isinstance(args, list | tuple):
-        raise UnsupportedPayloadType(
+        raise unsupported(
+            args,
             f"args= must be a list or tuple of positional arguments, not "
-            f"{type(args).__name__}; for one argument write args=[value]."
+            f"{type(args).__name__}; for one argument write args=[value].",
         )
     if kwargs is None:
         kwargs = {}
     if not isinstance(kwargs, Mapping):
-        raise UnsupportedPayloadType(
-            f"kwargs= must be a dict of keyword arguments, not {type(kwargs).__name__}."
+        raise unsupported(
+            kwargs,
+            f"kwargs= must be a dict of keyword arguments, not "
+            f"{type(kwargs).__name__}.",
         )
     budget = _Budget(
         max_bytes, "args and kwargs encode", "MAX_PAYLOAD_BYTES", _PAYLOAD_ADVICE
     )
     for key in kwargs:
         if not isinstance(key, str):
-            raise UnsupportedPayloadType(
-                f"kwargs= keys must be strings (argument names); got {key!r}."
+            raise unsupported(
+                key, f"kwargs= keys must be strings (argument names); got {key!r}."
             )
         check_text(key, f"the kwargs= key {key!r}", InvalidPayload)
     clean_args = [_check(v, f"args[{i}]", 0, budget) for i, v in enumerate(args)]
@@ -183,9 +186,10 @@ def _check(value: Any, where: str, depth: int, budget: _Budget | None) -> Any:
         out = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                raise UnsupportedPayloadType(
+                raise unsupported(
+                    key,
                     f"{where} has the key {key!r} ({type(key).__name__}); JSON "
-                    f"object keys must be strings, so convert it with str()."
+                    f"object keys must be strings, so convert it with str().",
                 )
             check_text(key, f"{where} key {key!r}", InvalidPayload)
             if budget is not None:
@@ -198,6 +202,13 @@ def _check(value: Any, where: str, depth: int, budget: _Budget | None) -> Any:
         return out
     kind = type(value).__name__
     hint = _HINTS.get(kind, "pass plain data: ids, strings, numbers, lists, dicts")
-    raise UnsupportedPayloadType(
-        f"{where} is a {kind}, which is not JSON serializable; {hint}."
+    raise unsupported(
+        value, f"{where} is a {kind}, which is not JSON serializable; {hint}."
     )
+
+
+def unsupported(value: object, text: str) -> UnsupportedPayloadType:
+    """The error for a ``value`` of a type JSON cannot hold: Django's words
+    for it first (``Unsupported type: <class '...'>``, which code written for
+    its Tasks backends looks for), then ``text``, the place and the fix."""
+    return UnsupportedPayloadType(f"Unsupported type: {type(value)}: {text}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, Unpack, overload
 
 from .exceptions import InvalidArgument, InvalidTaskDefinition, TaskNotRegistered
@@ -59,24 +59,66 @@ class Task(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
 
+    @functools.cached_property
+    def signature(self) -> inspect.Signature | None:
+        """The signature calls are checked against, read once; None where it
+        cannot be read (a builtin), and then every call is accepted."""
+        try:
+            return self.read_signature()
+        except (TypeError, ValueError):
+            return None
+
+    def read_signature(self) -> inspect.Signature:
+        return inspect.signature(self.func)
+
+    def argument_problem(
+        self, args: Sequence[Any], kwargs: dict[str, Any]
+    ) -> str | None:
+        """Why ``args`` and ``kwargs`` cannot call the function, as Python
+        would say it; None if they fit its signature."""
+        signature = self.signature
+        if signature is None:
+            return None
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            function = getattr(self.func, "__name__", self.name)
+            problem = str(exc)
+            if problem.startswith("multiple values"):
+                problem = f"got {problem}"
+            elif problem == "too many positional arguments":
+                kinds = [p.kind for p in signature.parameters.values()]
+                takes = sum(kind in _POSITIONAL for kind in kinds)
+                problem = (
+                    f"takes {takes} positional argument{'s' * (takes != 1)} "
+                    f"but {len(args)} {'was' if len(args) == 1 else 'were'} given"
+                )
+            return f"{function}() {problem}; it is {function}{_plain(signature)}"
+        return None
+
     def schedule(self, **options: Unpack[ScheduleOptions]) -> DelayedTask:
         """Schedule this task; ``options`` as for :func:`django_delayq.schedule`."""
-        if _scheduler is None:  # importing the package imports api: never
-            raise RuntimeError("django_delayq.api is not imported")
-        return _scheduler(self, **options)
+        # Imported here, as Django's Task.get_backend() imports its backends:
+        # api imports this module, and the models, which a tasks module
+        # imported while apps load must not import yet.
+        from .api import schedule
+
+        return schedule(self, **options)
 
 
-#: :func:`django_delayq.schedule`, handed over by :mod:`django_delayq.api`
-#: when it is imported, which importing the package always does. This module
-#: does not import api: api imports it.
-_scheduler: Callable[..., DelayedTask] | None = None
+def _plain(signature: inspect.Signature) -> inspect.Signature:
+    """``signature`` without annotations: the names are what matter."""
+    empty = inspect.Parameter.empty
+    return signature.replace(
+        parameters=[p.replace(annotation=empty) for p in signature.parameters.values()],
+        return_annotation=inspect.Signature.empty,
+    )
 
 
-def use_scheduler(schedule: Callable[..., DelayedTask]) -> None:
-    """Set what :meth:`Task.schedule` calls (done by :mod:`django_delayq.api`)."""
-    global _scheduler
-    _scheduler = schedule
-
+_POSITIONAL = (
+    inspect.Parameter.POSITIONAL_ONLY,
+    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+)
 
 _registry: dict[str, Task[Any, Any]] = {}
 _lock = threading.Lock()

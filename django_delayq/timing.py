@@ -23,9 +23,11 @@ def resolve_run_at(
 ) -> datetime.datetime:
     """Return when a task should run, from at most one of ``delay`` and ``eta``.
 
-    The result is rounded *up* to a whole millisecond: Redis scores are
-    integer milliseconds, and rounding up keeps score and row in agreement
-    without ever making a task early.
+    An ``eta`` is kept as given, to the microsecond: it is the caller's
+    moment, and reads back as such (a Tasks result's ``run_after``). A
+    ``delay``, or now, is rounded *up* to a whole millisecond, the unit of
+    Redis scores. Either way :func:`to_score` rounds up, so Redis never hands
+    a task out before its ``run_at``.
     """
     if delay is not None and eta is not None:
         raise InvalidSchedule(
@@ -33,12 +35,10 @@ def resolve_run_at(
         )
     now = timezone.now() if now is None else now
     if eta is not None:
-        run_at = _check_eta(eta, now)
-    elif delay is not None:
-        run_at = now + _check_delay(delay)
-    else:
-        run_at = now
-    return ceil_ms(run_at)
+        return _check_eta(eta, now)
+    if delay is not None:
+        return ceil_ms(now + _check_delay(delay))
+    return ceil_ms(now)
 
 
 def _check_delay(delay: Any) -> datetime.timedelta:
@@ -103,10 +103,11 @@ def ceil_ms(value: datetime.datetime) -> datetime.datetime:
 
 
 def to_score(run_at: datetime.datetime) -> int:
-    """Return ``run_at`` as integer epoch milliseconds (the due-set score)."""
+    """Return ``run_at`` as integer epoch milliseconds (the due-set score),
+    rounded up: a task is never dispatched before its ``run_at``."""
     if timezone.is_naive(run_at):
         run_at = timezone.make_aware(run_at)
-    return (run_at - _EPOCH) // _MS
+    return -((_EPOCH - run_at) // _MS)
 
 
 def retry_pause(failures: int, *, base: float = 0.1, cap: float = 5.0) -> float:

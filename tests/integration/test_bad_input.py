@@ -8,7 +8,7 @@ import math
 import pytest
 from django.db import transaction
 
-from django_delayq import schedule
+from django_delayq import Call, schedule, schedule_many
 from django_delayq.exceptions import (
     DelayQueueException,
     InvalidArgument,
@@ -17,6 +17,7 @@ from django_delayq.exceptions import (
     PayloadTooLarge,
     TaskNotRegistered,
     UnknownQueue,
+    UnsupportedPayloadType,
 )
 from django_delayq.models import DelayedTask, OutboxEntry
 from tests.helpers import due_members
@@ -83,6 +84,30 @@ def test_bad_input_raises_and_writes_nothing(redis_client, kwargs, error, messag
         assert isinstance(caught.value, DelayQueueException)
     assert not DelayedTask.objects.exists()
     assert not OutboxEntry.objects.exists()
+    assert due_members(redis_client) == {}
+
+
+def test_a_value_json_cannot_hold_is_refused_in_the_words_of_django_backends(
+    redis_client,
+):
+    """Django's normalize_json() words first, then the place and the fix,
+    from every entry point."""
+    when = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
+    expected = (
+        "Unsupported type: <class 'datetime.datetime'>: args[1] is a datetime, "
+        "which is not JSON serializable; pass value.isoformat() and parse it "
+        "in the task."
+    )
+    for attempt in [
+        lambda: schedule(add, args=[1, when]),
+        lambda: add.schedule(args=[1, when]),
+        lambda: schedule_many([Call(add, args=[1, 2]), Call(add, args=[1, when])]),
+    ]:
+        with pytest.raises(UnsupportedPayloadType) as caught:
+            attempt()
+        assert isinstance(caught.value, TypeError)
+        assert str(caught.value) == expected
+    assert not DelayedTask.objects.exists()
     assert due_members(redis_client) == {}
 
 

@@ -41,7 +41,7 @@ from django_delayq.exceptions import (
 from django_delayq.models import DelayedTask, Status
 from django_delayq.store.keys import shard_keys
 from django_delayq.timing import ceil_ms
-from tests.helpers import drain, expected_score, indexed_score
+from tests.helpers import drain, due_members, expected_score, indexed_score
 from tests.testapp import tasks as delayq_tasks
 from tests.testapp.django_tasks import (
     Boom,
@@ -174,16 +174,40 @@ def test_a_due_task_runs_and_its_result_is_read_back_from_the_row(redis_client):
 
 
 def test_run_after_defers_the_task_to_that_moment(redis_client):
-    run_after = timezone.now() + datetime.timedelta(hours=1)
+    run_after = timezone.now().replace(microsecond=123_456) + datetime.timedelta(
+        hours=1
+    )
     result = add.using(run_after=run_after).enqueue(1, 1)
     row = DelayedTask.objects.get(pk=result.id)
-    assert row.run_at == ceil_ms(run_after)
+    assert row.run_at == run_after  # to the microsecond
+    # Never dispatched early: the score is rounded up to the millisecond.
     assert indexed_score(redis_client, row) == expected_score(row)
+    assert expected_score(row) == int(ceil_ms(run_after).timestamp() * 1000)
     drain()
-    later = add.get_result(result.id)
+    later = task_backends["default"].get_result(result.id)
     assert later.status == TaskResultStatus.READY
-    assert later.task.run_after == row.run_at
+    assert later.task.run_after == result.task.run_after == run_after
+    assert later.task == result.task
     assert DelayedTask.objects.get(pk=result.id).attempts == 0
+
+
+@pytest.mark.parametrize(
+    "run_after",
+    [
+        datetime.datetime(2001, 2, 3, 4, 5, 6, 789_012, tzinfo=datetime.UTC),
+        None,
+    ],
+)
+def test_a_result_read_back_has_the_run_after_enqueue_returned(redis_client, run_after):
+    """A past run_after too (due at once): not None, and not rounded."""
+    result = add.using(run_after=run_after).enqueue(1, 1)
+    later = task_backends["default"].get_result(result.id)
+    assert later.task.run_after == result.task.run_after == run_after
+    assert later.task == result.task
+    drain()
+    done = task_backends["default"].get_result(result.id)
+    assert (done.status, done.return_value) == (TaskResultStatus.SUCCESSFUL, 2)
+    assert done.task.run_after == run_after
 
 
 def test_run_after_must_be_aware():
@@ -397,16 +421,44 @@ def test_bad_arguments_are_refused_and_write_nothing(redis_client, settings):
         add.enqueue(datetime.date(2030, 1, 1), 2)
     # A TypeError too, as Django's own backends raise for such arguments,
     # with the words of theirs, then the place and the fix.
-    with pytest.raises(
-        TypeError, match=r"^Unsupported type: kwargs\['b'\] is a set.* sorted list"
-    ):
+    with pytest.raises(TypeError) as caught:
         add.enqueue(1, b={1, 2})
+    assert str(caught.value) == (
+        "Unsupported type: <class 'set'>: kwargs['b'] is a set, which is not "
+        "JSON serializable; pass a sorted list."
+    )
+    with pytest.raises(TypeError) as caught:
+        add.enqueue(datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC), 2)
+    assert str(caught.value).startswith(
+        "Unsupported type: <class 'datetime.datetime'>: args[0] is a datetime, "
+        "which is not JSON serializable; pass value.isoformat()"
+    )
     settings.TASKS = {
         "default": {"BACKEND": "django_delayq.backends.DelayQueueBackend", "QUEUES": []}
     }
     with pytest.raises(UnknownQueue, match="'emails'"):
         add.using(queue_name="emails").enqueue(1, 2)
     assert not DelayedTask.objects.exists()
+
+
+def test_arguments_that_do_not_fit_the_task_are_refused_at_enqueue(redis_client):
+    with pytest.raises(TypeError) as caught:
+        add.enqueue(1, 2, 3)
+    assert str(caught.value) == (
+        "tests.testapp.django_tasks.add: refused at schedule time, nothing was "
+        "written: add() takes 2 positional arguments but 3 were given; it is "
+        "add(a, b). Pass args= and kwargs= that fit it."
+    )
+    # A takes_context task's context is the worker's to pass, not the caller's.
+    with pytest.raises(
+        TypeError, match=r"flaky\(\) missing .* 'key'; it is flaky\(key\)"
+    ):
+        flaky.enqueue()
+    with pytest.raises(TypeError, match="unexpected keyword argument 'context'"):
+        flaky.enqueue("k", context=None)
+    assert not DelayedTask.objects.exists()
+    assert due_members(redis_client) == {}
+    assert flaky.enqueue("k").args == ["k"]
 
 
 def test_a_task_runs_only_on_the_backend_it_is_declared_for(redis_client):

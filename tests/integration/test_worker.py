@@ -140,7 +140,8 @@ def test_an_unregistered_task_name_is_retried_then_failed_and_dead_lettered(
 ):
     settings.DELAYQ = {**settings.DELAYQ, "RETRY_BACKOFF": 0.0}
     row = DelayedTask.objects.create(
-        name="shop.tasks.removed_in_this_release", run_at=add.schedule().run_at
+        name="shop.tasks.removed_in_this_release",
+        run_at=add.schedule(args=[1, 2]).run_at,
     )
     redis_client.xadd(READY, {"id": row.pk.bytes})
     drain()

@@ -281,3 +281,14 @@ with contextlib.suppress(ImportError):
 @task(priority=50)
 def urgent() -> None:
     """A task that starts before the normal ones due with it."""
+
+
+@task(max_attempts=3)
+def measures(value: object) -> int:
+    """Raises TypeError in its body for a value without a length."""
+    return len(value)  # type: ignore[arg-type]
+
+
+@task
+def takes_anything(*args: object, **kwargs: object) -> None:
+    """Any arguments fit: for the tests of how arguments are stored."""

@@ -3,7 +3,10 @@ one definition of the options, the check ids in one place.
 
 The import graph is read from the source (every ``import``, also inside
 functions, which hides a cycle but does not remove it), so a cycle fails
-here before it makes a refactor painful.
+here before it makes a refactor painful. The one kind of cycle accepted is
+Django's own habit (``Task.get_backend()`` imports its backends): a method
+importing, inside itself, a module that imports its module. Each is listed
+in :data:`LAZY_CYCLES` with why, and must stay inside its function.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from django_delayq import schedule
@@ -22,22 +26,39 @@ DOCS_CHECKS = PACKAGE.parent / "docs" / "reference" / "checks.md"
 CONTRIBUTING = PACKAGE.parent / "docs" / "contributing.md"
 
 
+#: (module, imported module) -> why the import, made inside a function of
+#: the module, may close a cycle.
+LAZY_CYCLES = {
+    ("django_delayq.registry", "django_delayq.api"): (
+        "Task.schedule() calls schedule(), whose module imports the registry"
+    ),
+}
+
+
 def module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Each module of the package -> the modules of the package it imports."""
+def import_edges() -> dict[str, dict[str, bool]]:
+    """Each module of the package -> the modules of the package it imports,
+    each with whether only imports inside functions name it."""
     modules = {
         module_name(path): path
         for path in PACKAGE.rglob("*.py")
         if "migrations" not in path.parts
     }
-    graph: dict[str, set[str]] = {name: set() for name in modules}
+    edges: dict[str, dict[str, bool]] = {name: {} for name in modules}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        in_functions = {
+            id(node)
+            for function in ast.walk(tree)
+            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+            for node in ast.walk(function)
+        }
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -53,9 +74,24 @@ def import_graph() -> dict[str, set[str]]:
                 while target and target not in modules:
                     target = target.rpartition(".")[0]
                 if target and target != name:
-                    graph[name].add(target)
+                    lazy = id(node) in in_functions
+                    edges[name][target] = edges[name].get(target, True) and lazy
                     break
-    return graph
+    return edges
+
+
+def import_graph(*, accepted: Iterable[tuple[str, str]] = ()) -> dict[str, set[str]]:
+    """Each module of the package -> the modules of the package it imports;
+    without the ``accepted`` edges where only functions import."""
+    skip = set(accepted)
+    return {
+        name: {
+            target
+            for target, lazy in targets.items()
+            if not (lazy and (name, target) in skip)
+        }
+        for name, targets in import_edges().items()
+    }
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -103,7 +139,19 @@ def test_a_cycle_is_found():
 
 
 def test_the_package_has_no_import_cycle():
-    assert cycles(import_graph()) == []
+    assert cycles(import_graph(accepted=LAZY_CYCLES)) == []
+
+
+def test_each_accepted_cycle_is_a_lazy_import_that_closes_one():
+    edges = import_edges()
+    for module, target in LAZY_CYCLES:
+        # Inside a function only: at the top of the module it would be a
+        # cycle Python cannot import.
+        assert edges[module].get(target) is True, (module, target)
+        # Still needed: without the entry there is a cycle through it.
+        others = set(LAZY_CYCLES) - {(module, target)}
+        found = cycles(import_graph(accepted=others))
+        assert any({module, target} <= set(cycle) for cycle in found), (module, target)
 
 
 def test_the_tasks_integration_imports_in_one_direction():

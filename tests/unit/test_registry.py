@@ -88,3 +88,19 @@ def test_task_priority_must_be_an_integer_from_minus_100_to_100(value):
 
     with pytest.raises(InvalidTaskDefinition, match=r"priority=.*-100 to 100"):
         task(name="x.prio", priority=value)(fn)
+
+
+def test_calls_are_checked_against_the_signature_read_once_per_task():
+    reminder = testapp_tasks.send_reminder
+    assert reminder.signature is reminder.signature  # read once, then kept
+    assert reminder.argument_problem([7], {"text": "hi"}) is None
+    assert reminder.argument_problem([7, "hi"], {}) == (
+        "send_reminder() takes 1 positional argument but 2 were given; "
+        "it is send_reminder(user_id, *, text='')"
+    )
+
+
+def test_a_function_whose_signature_cannot_be_read_takes_any_call():
+    builtin = registry.Task(max, "builtins.max")  # no signature to read
+    assert builtin.signature is None
+    assert builtin.argument_problem([1, 2, 3], {"key": None}) is None

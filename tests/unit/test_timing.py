@@ -31,6 +31,16 @@ def test_aware_eta_is_used_as_is():
     assert resolve_run_at(None, eta, now=NOW) == eta
 
 
+def test_an_eta_keeps_its_microseconds_and_its_score_is_rounded_up():
+    for eta in [NOW, NOW - datetime.timedelta(days=3)]:  # a past eta too
+        assert resolve_run_at(None, eta, now=NOW) == eta
+        # Never dispatched before it: the score is the next whole millisecond.
+        assert to_score(eta) == to_score(ceil_ms(eta))
+    assert to_score(NOW) == 1767268800251
+    before_epoch = datetime.datetime(1969, 12, 31, 23, 59, 59, 999_500)
+    assert to_score(before_epoch.replace(tzinfo=datetime.UTC)) == 0
+
+
 def test_score_is_integer_epoch_milliseconds():
     assert (
         to_score(datetime.datetime(1970, 1, 1, 0, 0, 1, 500_000, tzinfo=datetime.UTC))

@@ -31,7 +31,7 @@ from django.db import router, transaction
 from django.utils.module_loading import import_string
 
 from ... import check_ids, conf, registry
-from ...exceptions import InvalidConfiguration, UnsupportedPayloadType
+from ...exceptions import InvalidConfiguration
 from . import compat
 
 compat.require()
@@ -132,20 +132,18 @@ class DelayQueueBackend(BaseTaskBackend):
         from ... import api
         from ...models import DelayedTask
 
-        try:
-            row = api.schedule(
-                task.module_path,
-                args=_as_django_stores(args),
-                kwargs=_as_django_stores(kwargs),
-                eta=task.run_after,
-                queue=task.queue_name,
-                max_attempts=self.max_attempts,
-                priority=task.priority,
-            )
-        except UnsupportedPayloadType as exc:
-            # Django's backends raise TypeError("Unsupported type: ..."), and
-            # code written for them may look for those words.
-            raise UnsupportedPayloadType(f"Unsupported type: {exc}") from None
+        # An argument JSON cannot hold raises UnsupportedPayloadType, a
+        # TypeError with the words of Django's backends ("Unsupported type:
+        # <class '...'>"), then the place and the fix.
+        row = api.schedule(
+            task.module_path,
+            args=_as_django_stores(args),
+            kwargs=_as_django_stores(kwargs),
+            eta=task.run_after,
+            queue=task.queue_name,
+            max_attempts=self.max_attempts,
+            priority=task.priority,
+        )
         result = result_of(row, task, self.alias)
         transaction.on_commit(
             functools.partial(send, task_enqueued, self, result),

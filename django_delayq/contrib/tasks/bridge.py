@@ -23,6 +23,7 @@ direction only: ``compat``, ``results``, ``backend``, then this one.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
 import threading
@@ -35,6 +36,7 @@ from ... import registry, signals
 from ...conf import get_settings
 from ...exceptions import TaskNotRegistered
 from ...payload import check_value, encode_json
+from ...timing import resolve_run_at
 from . import compat
 
 compat.require()
@@ -79,6 +81,15 @@ class FrameworkTask(registry.Task[..., Any]):
         self.backend = backend
         _connect_signals()
 
+    def read_signature(self) -> inspect.Signature:
+        """The task function's, without the ``TaskContext`` the worker
+        passes a ``takes_context`` task: not an argument of the caller's."""
+        signature = super().read_signature()
+        if not self.django_task.takes_context:
+            return signature
+        parameters = list(signature.parameters.values())[1:]
+        return signature.replace(parameters=parameters)
+
 
 def resolve(name: str) -> FrameworkTask | None:
     """Return the task stored under ``name`` if it is ours to run, else None."""
@@ -120,12 +131,15 @@ def _runner(django_task: Task[..., Any]) -> Callable[..., Any]:
             if row is None or row.name != django_task.module_path:
                 from ...models import DelayedTask
 
-                # Called outside a worker: a first attempt, of no row.
+                # Called outside a worker: a first attempt, of no row, due
+                # when it is made (not deferred).
+                now = timezone.now()
                 row = DelayedTask(
                     name=django_task.module_path,
                     args=list(args),
                     kwargs=kwargs,
-                    run_at=timezone.now(),
+                    created_at=now,
+                    run_at=resolve_run_at(None, None, now=now),
                     status="running",
                     attempts=1,
                 )

@@ -8,7 +8,6 @@ workers): both import it, it imports neither.
 from __future__ import annotations
 
 import builtins
-import datetime
 import logging
 import re
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from django.dispatch import Signal
 
 from ...exceptions import DelayQueueException
+from ...timing import resolve_run_at
 from . import compat
 
 compat.require()
@@ -101,8 +101,12 @@ def worker_ids_of(row: DelayedTask) -> list[str]:
 
 def task_of(row: DelayedTask, django_task: Task[..., Any]) -> Task[..., Any]:
     """The task as it was enqueued: its queue, priority, and ``run_after``
-    if deferred."""
-    deferred = row.run_at - row.created_at > datetime.timedelta(milliseconds=1)
+    if deferred.
+
+    A row keeps a ``run_after`` exactly, in the past too; a task enqueued
+    without one is due when it was enqueued, as ``schedule()`` words it.
+    """
+    deferred = row.run_at != resolve_run_at(None, None, now=row.created_at)
     try:
         return django_task.using(
             queue_name=row.queue,
