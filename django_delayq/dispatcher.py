@@ -35,7 +35,7 @@ from .ownership import (
 )
 from .store import index, wake_lists
 from .store.connection import Client, get_client
-from .store.keys import dispatchers_key, shard_keys
+from .store.keys import dispatchers_key, handover_key, shard_keys
 from .timing import retry_pause
 from .wakeups import WakeListener
 
@@ -99,6 +99,7 @@ class Dispatcher:
             wake=self._wake,
             stopping=self._stopping,
             idle_wait=lease_ttl / 2,
+            handover=handover_key(self.leases.members_key),
         )
 
     # -- public ---------------------------------------------------------------
@@ -129,8 +130,9 @@ class Dispatcher:
                         next_owner_check = now + (
                             OWNER_CHECK_INTERVAL if checked else OWNER_RETRY_INTERVAL
                         )
-                    if now >= next_leases:
-                        if self.leases.keep(client):
+                    handed_over = self._listener.handed_over()
+                    if now >= next_leases or handed_over:
+                        if self.leases.keep(client, recount=handed_over):
                             self._listener.nudge(client)
                         next_leases = now + self.lease_ttl / 2
                     if now >= backstop or once:
@@ -272,7 +274,9 @@ class Dispatcher:
             + [s.due_at for s in self.shards if s.owned and s.due_at is not None]
         )
         timeout = deadline - time.monotonic()
-        if timeout > 0:
+        # A handover that came after this pass's lease check cleared the
+        # wake-up with the others: look at the leases again now.
+        if timeout > 0 and not self._listener.handed_over(clear=False):
             self._wake.wait(timeout)
 
     def _hand_back(self, client: Client) -> None:

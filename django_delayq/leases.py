@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .exceptions import RedisUnavailable
 from .store import leases as store
 from .store.connection import Client
-from .store.keys import ShardKeys
+from .store.keys import ShardKeys, handover_key
 
 if TYPE_CHECKING:
     from .dispatch_stats import DispatchStats
@@ -72,7 +72,7 @@ class Leases:
         self._checks = 0
         self._alive = 1
 
-    def keep(self, client: Client) -> bool:
+    def keep(self, client: Client, *, recount: bool = False) -> bool:
         """Renew owned leases, take free shards up to a fair share, hand back
         extras; True if the set of owned shards changed.
 
@@ -80,6 +80,10 @@ class Leases:
         slow renewal. A shard found without an owner on two checks in a row
         is taken whatever the fair share says: the live count can lag behind
         a dispatcher's death, and an unowned shard is never drained.
+
+        With ``recount`` (another dispatcher just handed its shards back)
+        the live dispatchers are counted first, so that the shards it left
+        are shared out among those still alive at once.
 
         A lease whose Redis fails is left as it is, so that on a Redis
         Cluster the shards of the nodes that answer keep their leases while
@@ -89,7 +93,7 @@ class Leases:
         calls = _Calls()
         ttl_ms = int(self.ttl * 1000)
         self._checks += 1
-        if self._checks % 2 == 1:
+        if self._checks % 2 == 1 or recount:
             # The membership heartbeat goes every other check (it lives for
             # four): it only balances shards, so it may lag a little, and an
             # idle dispatcher spends fewer Redis commands. When it fails,
@@ -182,13 +186,24 @@ class Leases:
         logger.warning("dispatcher %s lost the lease of %s", self.token, shard.label)
 
     def release_all(self, client: Client) -> None:
-        """Hand every lease back and leave the membership set (a graceful
-        stop: the other dispatchers take the shards over at once)."""
+        """Hand every lease back, leave the membership set and wake the
+        other dispatchers (a graceful stop: they take the shards over at
+        once, not when their next lease check comes)."""
+        released = 0
         for shard in self.shards:
             if shard.owned:
                 store.release(client, shard.keys.lease, self.token)
                 shard.owned = False
-        store.leave(client, self.members_key, self.token)
+                released += 1
+        # One push per live dispatcher, this one included (its own
+        # listener may still be blocked on the list and take one).
+        store.leave(
+            client,
+            self.members_key,
+            self.token,
+            handover=handover_key(self.members_key) if released else None,
+            waiters=self._alive,
+        )
 
 
 #: What a failed call of :class:`_Calls` returns.

@@ -12,6 +12,11 @@ On a single Redis one thread blocks on every owned shard's list with one
 and each shard is a slot of its own (possibly on another node), so there is
 one thread per shard, each blocking on its own list: the same one command
 per ``BLOCK_SECONDS`` per shard when idle, and no polling.
+
+One more thread blocks on the handover list of the dispatchers serving the
+same queues, which a dispatcher that stops gracefully pushes to after
+handing its shards back: the others take them over at once instead of at
+their next lease check (a rolling restart adds no lateness).
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ from .timing import retry_pause
 
 logger = logging.getLogger(__name__)
 
+#: How long a stopping dispatcher waits for its handover thread.
+HANDOVER_JOIN = 1.0
+
 
 class WakeListener:
     """Blocks on the owned shards' wake lists; sets ``wake`` on a push.
@@ -37,6 +45,7 @@ class WakeListener:
     :param stopping: the dispatcher's stop event; the listener ends with it.
     :param idle_wait: how long to wait for a lease while the dispatcher owns
         no shard.
+    :param handover: the handover list to block on (None: none).
     """
 
     def __init__(
@@ -46,6 +55,7 @@ class WakeListener:
         wake: threading.Event,
         stopping: threading.Event,
         idle_wait: float,
+        handover: str | None = None,
     ) -> None:
         self.shards = shards
         self.wake = wake
@@ -63,10 +73,29 @@ class WakeListener:
         #: loop alone writes ``Shard.due_at``)
         self._woken: set[str] = set()
         self._woken_lock = threading.Lock()
+        self._handover = handover
+        self._handed_over = threading.Event()
+        self._handover_thread: threading.Thread | None = None
 
     def start(self) -> None:
         for number, group in enumerate(self._groups):
             group.start(f"delayq-dispatch-wake-{number}")
+        if self._handover is not None:
+            self._handover_thread = threading.Thread(
+                target=self._wait_for_handovers,
+                args=(self._handover,),
+                name="delayq-dispatch-handover",
+                daemon=True,
+            )
+            self._handover_thread.start()
+
+    def handed_over(self, *, clear: bool = True) -> bool:
+        """Whether another dispatcher handed shards back since the last call
+        that cleared it."""
+        handed_over = self._handed_over.is_set()
+        if clear:
+            self._handed_over.clear()
+        return handed_over
 
     def woken(self) -> set[str]:
         """The wake lists pushed since the last call."""
@@ -84,14 +113,37 @@ class WakeListener:
             group.nudge(client)
 
     def join(self) -> None:
-        """Wait for the threads to end, after ``stopping`` and a nudge."""
+        """Wait for the threads to end, after ``stopping`` and a nudge.
+
+        The handover thread is woken by this dispatcher's own handover push
+        (see :meth:`Leases.release_all`), or left to end with the process:
+        nothing else is waiting for it.
+        """
         for group in self._groups:
             group.join()
+        if self._handover_thread is not None:
+            self._handover_thread.join(timeout=HANDOVER_JOIN)
 
     def _woke(self, name: str) -> None:
         with self._woken_lock:
             self._woken.add(name)
         self.wake.set()
+
+    def _wait_for_handovers(self, key: str) -> None:
+        client = get_client("blocking")
+        failures = 0
+        while not self.stopping.is_set():
+            try:
+                pushed = wake_lists.wait(client, [key], BLOCK_SECONDS)
+                failures = 0
+            except RedisUnavailable as exc:
+                failures += 1
+                logger.debug("dispatcher handover listener: %s", exc)
+                self.stopping.wait(retry_pause(failures))
+                continue
+            if pushed is not None and not self.stopping.is_set():
+                self._handed_over.set()
+                self.wake.set()
 
 
 class _Group:

@@ -3,7 +3,7 @@
 The dispatchers hold one lease per shard (only the holder moves the shard's
 due ids, fenced again inside ``move.lua``) and count each other in a
 heartbeat sorted set; the sweepers share one lease so that one sweeps at a
-time. Every call touches one key, so one slot of a Redis Cluster.
+time. Every call touches one slot of a Redis Cluster.
 """
 
 from __future__ import annotations
@@ -81,6 +81,31 @@ def beat(
 
 
 @translated
-def leave(client: redis.Redis, members_key: str, token: str) -> None:
-    """Leave the heartbeat set at once (a graceful stop)."""
-    client.zrem(members_key, token)
+def leave(
+    client: redis.Redis,
+    members_key: str,
+    token: str,
+    *,
+    handover: str | None = None,
+    waiters: int = 0,
+) -> None:
+    """Leave the heartbeat set at once (a graceful stop); with ``handover``,
+    wake ``waiters`` of the dispatchers blocked on that list, in the same
+    round trip.
+
+    One push wakes one blocked ``BLPOP``. Pushes nobody takes are trimmed to
+    :data:`HANDOVER_KEPT` and expire with the list: a dispatcher that blocks
+    later takes one and looks at the leases once more, which costs nothing.
+    """
+    pipe = client.pipeline(transaction=False)
+    pipe.zrem(members_key, token)
+    if handover is not None and waiters > 0:
+        pipe.lpush(handover, *["1"] * min(waiters, HANDOVER_KEPT))
+        pipe.ltrim(handover, 0, HANDOVER_KEPT - 1)
+        pipe.pexpire(handover, HANDOVER_TTL_MS)
+    pipe.execute()
+
+
+#: Pushes a handover list keeps at most, and how long it lives unread.
+HANDOVER_KEPT = 64
+HANDOVER_TTL_MS = 60_000

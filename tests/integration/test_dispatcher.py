@@ -148,6 +148,43 @@ def test_a_stopped_dispatchers_shards_are_taken_over(redis_client, running):
     )
 
 
+def test_a_stopping_dispatcher_hands_its_shards_over_at_once(redis_client, running):
+    """Leases checked only every 60 s: the waiting dispatcher takes the
+    shards when the first one stops, not at its next check (a rolling
+    restart must not leave the shards undrained for a lease period)."""
+    first = running(queues=["orders"], lease_ttl=120.0)
+    wait_for(
+        lambda: sum(s.owned for s in first.shards) == 4,
+        10,
+        "the first dispatcher owning 4 shards",
+        poll=0.01,
+    )
+    second = running(queues=["orders"], lease_ttl=120.0)
+    wait_for(
+        lambda: second.leases._checks >= 1,
+        10,
+        "the second dispatcher's first lease check",
+        poll=0.01,
+    )
+    assert not any(s.owned for s in second.shards)  # all held by the first
+
+    first.stop()
+    wait_for(
+        lambda: sum(s.owned for s in second.shards) == 4,
+        10,
+        "the second dispatcher owning the 4 shards handed over",
+        poll=0.01,
+    )
+    tasks = [schedule(order_cancel, args=[i]) for i in range(8)]
+    wait_for(
+        lambda: set(ready_entries(redis_client)) == {t.pk for t in tasks},
+        10,
+        "every task moved by the second dispatcher",
+        poll=0.01,
+    )
+    assert second.stats.moved == 8
+
+
 def test_a_dispatcher_whose_lease_was_taken_moves_nothing(redis_client):
     dispatcher = Dispatcher(queues=["default"], lease_ttl=30.0)
     client = redis.Redis(connection_pool=redis_client.connection_pool)
