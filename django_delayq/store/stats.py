@@ -203,6 +203,12 @@ def live_processes(client: redis.Redis, prefix: str, *, sweepers: bool = True) -
 
 
 @translated
+def ping(client: redis.Redis) -> None:
+    """Whether Redis answers at all (``PING``): raises if it does not."""
+    client.ping()
+
+
+@translated
 def describe(client: redis.Redis) -> str:
     """Where ``client`` connects, for messages: host, port and database,
     never the credentials."""
