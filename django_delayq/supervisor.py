@@ -9,7 +9,9 @@ what it held (:mod:`django_delayq.rescue`), using the board the child kept
 of the tasks it was running (:mod:`django_delayq.board`). The same board
 lets the supervisor enforce time limits where a child cannot: a task that
 holds the GIL in C code starves the child's own watchdog, so the supervisor
-kills a child whose task runs far past its deadline.
+kills a child whose task runs far past its deadline. With
+``--metrics-port``, the process serving the children's metrics is watched
+like a child: reaped, logged and started again when it dies.
 
 Start method: ``fork``, after closing every database and Redis connection
 the command process holds. A forked child starts in milliseconds with the
@@ -37,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import ForkProcess
+from typing import Protocol
 
 from django.db import connections
 
@@ -66,6 +69,27 @@ LIMITS_INTERVAL = 1.0
 #: that fails, settles it and exits within its grace period and the time it
 #: allows for that; this is for a child whose watchdog could not run at all.
 HARD_LIMIT_MARGIN = DEFAULT_GRACE + GIVE_UP_TIMEOUT + 5.0
+
+#: The companion's key among the slots to restart (the children's are 0..N-1).
+_COMPANION = -1
+
+
+class Companion(Protocol):
+    """A process the supervisor keeps running beside the workers (the one
+    serving their metrics), started by its owner before the workers."""
+
+    #: what the log calls it
+    name: str
+
+    @property
+    def sentinel(self) -> int | None:
+        """Ready once the process has exited; None when there is none."""
+
+    def reap(self) -> tuple[int, int | None]:
+        """Collect the exited process; its pid and exit code."""
+
+    def restart(self) -> int:
+        """Start another; its pid. Raises if it cannot (it is gone then)."""
 
 
 @dataclass
@@ -107,8 +131,13 @@ class Supervisor:
         processes: int,
         recycling: Recycling,
         grace_period: float,
+        companion: Companion | None = None,
     ) -> None:
         self.make_worker = make_worker
+        self.companion = companion
+        #: how many companions died in a row (its restart is in _restarts)
+        self._companion_failures = 0
+        self._companion_started = time.monotonic()
         self.processes = processes
         self.recycling = recycling
         self.grace_period = grace_period
@@ -119,7 +148,8 @@ class Supervisor:
         self._rescues: dict[int, tuple[ForkProcess, int]] = {}
         #: the grace period ran out and the children were killed
         self._forced = False
-        #: slot -> when to start the child replacing one that died
+        #: slot -> when to start the child replacing one that died (or the
+        #: companion, at _COMPANION)
         self._restarts: dict[int, float] = {}
         #: slot -> how many of its children died in a row, for the back-off
         self._failures: dict[int, int] = {}
@@ -201,20 +231,29 @@ class Supervisor:
         for slot, due in list(self._restarts.items()):
             if not self._stopping and now >= due:
                 del self._restarts[slot]
-                self._start(slot, replacing=True)
+                if slot == _COMPANION:
+                    self._restart_companion()
+                else:
+                    self._start(slot, replacing=True)
         if now >= self._next_limits:
             self._enforce_limits(now)
             self._next_limits = now + LIMITS_INTERVAL
         wake_ups = [] if self._stopping else list(self._restarts.values())
+        companion = self.companion.sentinel if self.companion else None
         if self._children:
             wake_ups.append(self._next_limits)
         if self._deadline is not None and self._deadline < math.inf:
             wake_ups.append(self._deadline)
         timeout = max(min(wake_ups) - now, 0.0) if wake_ups else None
-        ready = wait([self._wake_read, *self._children, *self._rescues], timeout)
+        watched = [self._wake_read, *self._children, *self._rescues]
+        if companion is not None:
+            watched.append(companion)
+        ready = wait(watched, timeout)
         for sentinel in ready:
             if sentinel == self._wake_read:
                 os.read(self._wake_read, 512)
+            elif companion is not None and sentinel == companion:
+                self._companion_exited()
             elif isinstance(sentinel, int) and sentinel in self._children:
                 self._exited(self._children.pop(sentinel))
             elif isinstance(sentinel, int) and sentinel in self._rescues:
@@ -286,6 +325,53 @@ class Supervisor:
             delay,
         )
         self._restarts[child.slot] = time.monotonic() + delay
+
+    def _companion_exited(self) -> None:
+        """Reap the companion (a zombie otherwise) and start another, at once
+        the first time, backing off like a child if it keeps dying."""
+        assert self.companion is not None
+        pid, code = self.companion.reap()
+        if self._stopping:
+            return  # its owner stops it anyway
+        lived = time.monotonic() - self._companion_started
+        if lived >= STABLE_AFTER:
+            self._companion_failures = 0
+        delay = (
+            0.0
+            if not self._companion_failures
+            else min(2.0 ** (self._companion_failures - 1), MAX_RESTART_DELAY)
+        )
+        self._companion_failures += 1
+        logger.error(
+            "delayq_worker: the %s (process %d) %s after %.1f s; restarting it in %g s",
+            self.companion.name,
+            pid,
+            _describe(code),
+            lived,
+            delay,
+        )
+        self._restarts[_COMPANION] = time.monotonic() + delay
+
+    def _restart_companion(self) -> None:
+        assert self.companion is not None
+        self._companion_started = time.monotonic()
+        try:
+            pid = self.companion.restart()
+        except Exception as exc:  # the workers go on; their metrics come back
+            self._companion_failures += 1
+            delay = min(2.0 ** (self._companion_failures - 1), MAX_RESTART_DELAY)
+            logger.error(
+                "delayq_worker: the %s could not be restarted (%s); trying again "
+                "in %g s",
+                self.companion.name,
+                exc,
+                delay,
+            )
+            self._restarts[_COMPANION] = time.monotonic() + delay
+            return
+        logger.warning(
+            "delayq_worker: the %s restarted (process %d)", self.companion.name, pid
+        )
 
     def _enforce_limits(self, now: float) -> None:
         """Kill a child whose task runs far past its time limit (see

@@ -96,8 +96,9 @@ class Command(BaseCommand):
                 command_context(
                     supervisor.stop, "delayq_worker", verbosity, force=supervisor.kill
                 ),
-                metrics_served(options, supervisor=True),
+                metrics_served(options, supervisor=True) as metrics,
             ):
+                supervisor.companion = metrics  # restarted if it dies
                 totals = supervisor.run()
             killed = totals.killed
             processed, dead, reclaimed = (
