@@ -39,11 +39,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import ForkProcess
-from typing import Protocol
 
 from django.db import connections
 
 from .board import Board
+from .companion import STABLE_AFTER, Companion, Keeper, backoff, describe_exit
 from .rescue import NOBODY, Blame, rescue_main
 from .store import connection as redis_connection
 from .stuck import GIVE_UP_TIMEOUT
@@ -52,14 +52,6 @@ from .worker import Worker
 from .worker_process import STOP_SIGNALS, Recycling, child_main
 
 logger = logging.getLogger(__name__)
-
-#: A child that dies unexpectedly is replaced after 1 s, then 2 s, 4 s...
-#: up to this, so a crash loop (a broken deploy, a database refusing
-#: connections) does not spin.
-MAX_RESTART_DELAY = 30.0
-
-#: A child that ran this long before dying starts the back-off afresh.
-STABLE_AFTER = 60.0
 
 #: How often the supervisor reads its children's deadlines.
 LIMITS_INTERVAL = 1.0
@@ -72,24 +64,6 @@ HARD_LIMIT_MARGIN = DEFAULT_GRACE + GIVE_UP_TIMEOUT + 5.0
 
 #: The companion's key among the slots to restart (the children's are 0..N-1).
 _COMPANION = -1
-
-
-class Companion(Protocol):
-    """A process the supervisor keeps running beside the workers (the one
-    serving their metrics), started by its owner before the workers."""
-
-    #: what the log calls it
-    name: str
-
-    @property
-    def sentinel(self) -> int | None:
-        """Ready once the process has exited; None when there is none."""
-
-    def reap(self) -> tuple[int, int | None]:
-        """Collect the exited process; its pid and exit code."""
-
-    def restart(self) -> int:
-        """Start another; its pid. Raises if it cannot (it is gone then)."""
 
 
 @dataclass
@@ -131,13 +105,10 @@ class Supervisor:
         processes: int,
         recycling: Recycling,
         grace_period: float,
-        companion: Companion | None = None,
     ) -> None:
         self.make_worker = make_worker
-        self.companion = companion
-        #: how many companions died in a row (its restart is in _restarts)
-        self._companion_failures = 0
-        self._companion_started = time.monotonic()
+        #: restarted when it dies (see :meth:`keep`)
+        self.companion: Keeper | None = None
         self.processes = processes
         self.recycling = recycling
         self.grace_period = grace_period
@@ -199,6 +170,10 @@ class Supervisor:
             logger.info("delayq_worker: supervisor %d stopped", os.getpid())
         return self.totals
 
+    def keep(self, companion: Companion | None) -> None:
+        """Keep ``companion`` (started already) running beside the children."""
+        self.companion = None if companion is None else Keeper(companion)
+
     def stop(self) -> None:
         """Stop every child gracefully; kill those left after the grace period."""
         self._stopping = True
@@ -231,10 +206,7 @@ class Supervisor:
         for slot, due in list(self._restarts.items()):
             if not self._stopping and now >= due:
                 del self._restarts[slot]
-                if slot == _COMPANION:
-                    self._restart_companion()
-                else:
-                    self._start(slot, replacing=True)
+                self._restart(slot)
         if now >= self._next_limits:
             self._enforce_limits(now)
             self._next_limits = now + LIMITS_INTERVAL
@@ -299,7 +271,7 @@ class Supervisor:
         if self._stopping:
             if code != 0:
                 logger.warning(
-                    "delayq_worker: worker process %d %s", pid, _describe(code)
+                    "delayq_worker: worker process %d %s", pid, describe_exit(code)
                 )
             return
         reason = report.get("recycled")
@@ -315,63 +287,33 @@ class Supervisor:
         lived = time.monotonic() - child.started
         failures = 0 if lived >= STABLE_AFTER else self._failures.get(child.slot, 0)
         self._failures[child.slot] = failures + 1
-        delay = min(2.0**failures, MAX_RESTART_DELAY)
+        delay = backoff(failures)
         logger.error(
             "delayq_worker: worker process %d %s after %.1f s; starting another "
             "in %g s",
             pid,
-            _describe(code),
+            describe_exit(code),
             lived,
             delay,
         )
         self._restarts[child.slot] = time.monotonic() + delay
 
-    def _companion_exited(self) -> None:
-        """Reap the companion (a zombie otherwise) and start another, at once
-        the first time, backing off like a child if it keeps dying."""
-        assert self.companion is not None
-        pid, code = self.companion.reap()
-        if self._stopping:
-            return  # its owner stops it anyway
-        lived = time.monotonic() - self._companion_started
-        if lived >= STABLE_AFTER:
-            self._companion_failures = 0
-        delay = (
-            0.0
-            if not self._companion_failures
-            else min(2.0 ** (self._companion_failures - 1), MAX_RESTART_DELAY)
-        )
-        self._companion_failures += 1
-        logger.error(
-            "delayq_worker: the %s (process %d) %s after %.1f s; restarting it in %g s",
-            self.companion.name,
-            pid,
-            _describe(code),
-            lived,
-            delay,
-        )
-        self._restarts[_COMPANION] = time.monotonic() + delay
-
-    def _restart_companion(self) -> None:
-        assert self.companion is not None
-        self._companion_started = time.monotonic()
-        try:
-            pid = self.companion.restart()
-        except Exception as exc:  # the workers go on; their metrics come back
-            self._companion_failures += 1
-            delay = min(2.0 ** (self._companion_failures - 1), MAX_RESTART_DELAY)
-            logger.error(
-                "delayq_worker: the %s could not be restarted (%s); trying again "
-                "in %g s",
-                self.companion.name,
-                exc,
-                delay,
-            )
-            self._restarts[_COMPANION] = time.monotonic() + delay
+    def _restart(self, slot: int) -> None:
+        if slot != _COMPANION:
+            self._start(slot, replacing=True)
             return
-        logger.warning(
-            "delayq_worker: the %s restarted (process %d)", self.companion.name, pid
-        )
+        assert self.companion is not None
+        retry = self.companion.restart()
+        if retry is not None:
+            self._restarts[slot] = time.monotonic() + retry
+
+    def _companion_exited(self) -> None:
+        assert self.companion is not None
+        if self._stopping:  # its owner stops it anyway: only collect it
+            self.companion.companion.reap()
+            return
+        delay = self.companion.exited()
+        self._restarts[_COMPANION] = time.monotonic() + delay
 
     def _enforce_limits(self, now: float) -> None:
         """Kill a child whose task runs far past its time limit (see
@@ -421,7 +363,7 @@ class Supervisor:
                 child.board.read(),
                 child.process.pid,
                 blame,
-                _describe(code),
+                describe_exit(code),
             ),
             name="delayq-rescue",
         )
@@ -435,7 +377,7 @@ class Supervisor:
                 "delayq_worker: the rescue of worker process %d's tasks %s; "
                 "other workers take them over after the visibility timeout",
                 pid,
-                _describe(process.exitcode),
+                describe_exit(process.exitcode),
             )
 
     def _signal_all(self, signum: int) -> None:
@@ -444,12 +386,6 @@ class Supervisor:
         for child in list(self._children.values()):
             with contextlib.suppress(OSError):  # it has just exited
                 os.kill(child.process.pid or 0, signum)
-
-
-def _describe(code: int | None) -> str:
-    if code is not None and code < 0:
-        return f"was killed by {signal.Signals(-code).name}"
-    return f"exited with status {code}"
 
 
 def _read_report(reports: Connection) -> dict[str, int | str]:

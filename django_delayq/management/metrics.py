@@ -15,7 +15,7 @@ from ..metrics import INSTALL
 from ..sweeper import Sweeper
 
 if TYPE_CHECKING:
-    from ..supervisor import Companion
+    from ..companion import Companion
 
 logger = logging.getLogger("django_delayq.metrics")
 

@@ -98,7 +98,7 @@ class Command(BaseCommand):
                 ),
                 metrics_served(options, supervisor=True) as metrics,
             ):
-                supervisor.companion = metrics  # restarted if it dies
+                supervisor.keep(metrics)  # restarted if it dies
                 totals = supervisor.run()
             killed = totals.killed
             processed, dead, reclaimed = (
