@@ -74,27 +74,29 @@ def _only_the_sweeper_missing(text: str) -> bool:
     return len(problems) == 1 and "no sweeper" in problems[0]
 
 
-def test_a_killed_dispatcher_makes_the_status_degraded(processes: Processes) -> None:
-    dispatcher, _ = start_loops(processes)
-    dispatcher.send_signal(signal.SIGKILL)
-    dispatcher.wait(timeout=10)
-    # Its leases lapse after --lease-ttl; nobody takes the shards over.
+def kill_until_degraded(processes: Processes, process: subprocess.Popen[bytes]) -> str:
+    """SIGKILL ``process``; once its heartbeat lapsed, the degraded report."""
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=10)
     wait_for(lambda: probe(processes)[0] == 1, 30, "degraded")
     code, text = probe(processes)
     assert code == 1
     assert text.startswith("django-delayq: degraded\n")
+    return text
+
+
+def test_a_killed_dispatcher_makes_the_status_degraded(processes: Processes) -> None:
+    dispatcher, _ = start_loops(processes)
+    # Its leases lapse after --lease-ttl; nobody takes the shards over.
+    text = kill_until_degraded(processes, dispatcher)
     assert "no dispatcher leases shard default:0 (is delayq_dispatch running?)" in text
     assert "no live worker" not in text
 
 
 def test_a_killed_worker_makes_the_status_degraded(processes: Processes) -> None:
     _, worker = start_loops(processes)
-    worker.send_signal(signal.SIGKILL)
-    worker.wait(timeout=10)
     # Its heartbeat lapses after the visibility timeout.
-    wait_for(lambda: probe(processes)[0] == 1, 30, "degraded")
-    code, text = probe(processes)
-    assert code == 1
+    text = kill_until_degraded(processes, worker)
     assert "no live worker serves queue 'default' (is delayq_worker running?)" in text
     assert "no dispatcher leases" not in text
 
@@ -107,13 +109,8 @@ def test_a_killed_sweeper_makes_the_status_degraded(processes: Processes) -> Non
     assert code == 0
     (line,) = [line for line in text.splitlines() if line.startswith("Sweeper ")]
     assert line.split(": ", 1)[1].startswith("every 1 s, last pass ended at ")
-    sweeper.send_signal(signal.SIGKILL)
-    sweeper.wait(timeout=10)
     # Its last pass lapses after a few intervals (10 s at the least).
-    wait_for(lambda: probe(processes)[0] == 1, 30, "degraded")
-    code, text = probe(processes)
-    assert code == 1
-    assert text.startswith("django-delayq: degraded\n")
+    text = kill_until_degraded(processes, sweeper)
     assert (
         "no sweeper has ended a pass within 3 of its intervals: nothing replays "
         "the outbox or repairs Redis after a data loss (run delayq_sweep)"
