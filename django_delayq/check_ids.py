@@ -28,6 +28,7 @@ REDIS_NOT_PERSISTENT = "delayq.W003"  # deploy: no RDB, no AOF
 REDIS_PLAINTEXT = "delayq.W004"  # deploy: redis:// to another host
 REDIS_NO_PASSWORD = "delayq.W005"  # deploy: no password
 VISIBILITY_BELOW_TIME_LIMIT = "delayq.W006"  # deploy: a time limit > VISIBILITY_TIMEOUT
+REDIS_NOT_CHECKED = "delayq.W007"  # deploy: W002/W003 could not ask Redis
 
 ALL = (
     NOT_A_DICT,
@@ -50,4 +51,5 @@ ALL = (
     REDIS_PLAINTEXT,
     REDIS_NO_PASSWORD,
     VISIBILITY_BELOW_TIME_LIMIT,
+    REDIS_NOT_CHECKED,
 )

@@ -1,9 +1,10 @@
-"""Deployment checks (``manage.py check --deploy``): ``delayq.W002``-``W006``.
+"""Deployment checks (``manage.py check --deploy``): ``delayq.W002``-``W007``.
 
 What a production review of the Redis behind django-delayq would flag. None
 stops anything: the rows are the truth and the sweeper repairs Redis, but
 each of these makes a task late, or Redis open to the network. The two that
-ask Redis itself are skipped when it does not answer or refuses ``CONFIG``.
+ask Redis itself cannot be made when it does not answer or refuses
+``CONFIG``: ``W007`` says so, rather than passing in silence.
 See docs/reference/checks.md.
 """
 
@@ -102,12 +103,15 @@ def _no_password(what: str) -> CheckMessage:
 
 def _server_warnings() -> list[CheckMessage]:
     from .store.connection import get_client
+    from .store.errors import error_text
     from .store.inspect import server_config
 
     try:
         config = server_config(get_client(), ["maxmemory-policy", "save", "appendonly"])
-    except RedisUnavailable:
-        return []  # not reachable from here; nothing to say about it
+    except RedisUnavailable as exc:
+        return [_server_not_checked(f"Redis does not answer ({error_text(exc)})")]
+    if not config:
+        return [_server_not_checked("Redis refuses CONFIG GET")]
     warnings: list[CheckMessage] = []
     policy = config.get("maxmemory-policy")
     if policy is not None and policy != "noeviction":
@@ -133,3 +137,16 @@ def _server_warnings() -> list[CheckMessage]:
             )
         )
     return warnings
+
+
+def _server_not_checked(why: str) -> CheckMessage:
+    return Warning(
+        f"Could not check Redis' eviction policy and persistence "
+        f"({check_ids.REDIS_EVICTS}, {check_ids.REDIS_NOT_PERSISTENT}): {why}.",
+        hint="Run `manage.py check --deploy` where the production Redis "
+        "answers, or check maxmemory-policy noeviction and appendonly yes on "
+        "the server yourself (a managed service shows them in its console); "
+        f"then silence {check_ids.REDIS_NOT_CHECKED} in SILENCED_SYSTEM_CHECKS "
+        "if CONFIG stays refused.",
+        id=check_ids.REDIS_NOT_CHECKED,
+    )

@@ -6,11 +6,20 @@ round trips), judged:
 * **down** (2): Redis or the database does not answer;
 * **degraded** (1): tasks overdue by more than a threshold, outbox entries
   older than it, a configured shard that no dispatcher leases, a queue that
-  no live worker serves;
+  no live worker serves, no sweeper that passed within a few of its
+  intervals;
 * **healthy** (0) otherwise.
 
-Liveness comes from the processes' own heartbeats (the shard leases, and
-``<prefix>:workers``), never from Redis' idle counters.
+Tasks that failed in the last hour are shown, as information: a task that
+ran out of attempts is the application's to look at, not the queue's.
+
+Liveness comes from the processes' own heartbeats (the shard leases,
+``<prefix>:workers`` and ``<prefix>:sweepers``), never from Redis' idle
+counters.
+
+``probe=True`` (the health-check plugin, called on every request of a
+probe) reads only what the verdict needs, with bounded queries on indexes:
+no count of the whole task table, no count of the failures.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from django.db import DatabaseError, router
-from django.db.models import Count, Min, Q
+from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from .conf import get_settings
@@ -29,9 +38,17 @@ from .models import DelayedTask, OutboxEntry, Status
 from .store import stats
 from .store.connection import get_client
 from .store.errors import error_text
+from .sweeper import MISSED_PASSES, pass_ttl
 
 HEALTHY, DEGRADED, DOWN = 0, 1, 2
 LEVELS = {HEALTHY: "healthy", DEGRADED: "degraded", DOWN: "down"}
+
+#: The most rows a probe counts of overdue tasks or outbox entries: past
+#: this it says "at least", and a backlog costs it no more.
+PROBE_LIMIT = 1000
+
+#: How far back the failed tasks are counted.
+FAILED_WINDOW = datetime.timedelta(hours=1)
 
 
 @dataclass
@@ -46,12 +63,20 @@ class Shard:
 
 
 @dataclass
+class SweeperState:
+    interval: float  # seconds between its passes
+    last_pass: str  # ISO time its last pass ended (Redis' clock)
+
+
+@dataclass
 class Report:
     level: int = HEALTHY
     problems: list[str] = field(default_factory=list)
     database: str = "reachable"
     redis: str = "reachable"
     tasks: dict[str, int] = field(default_factory=dict)
+    #: tasks that ended failed in the last hour (None: not read, a probe)
+    failed_last_hour: int | None = None
     overdue: int = 0
     oldest_overdue: str | None = None
     outbox: int = 0
@@ -59,6 +84,7 @@ class Report:
     shards: list[Shard] = field(default_factory=list)
     dispatchers: dict[str, list[str]] = field(default_factory=dict)
     workers: dict[str, list[str]] = field(default_factory=dict)
+    sweepers: dict[str, SweeperState] = field(default_factory=dict)
 
     @property
     def state(self) -> str:
@@ -73,60 +99,83 @@ class Report:
 
 
 def collect(
-    overdue_after: float = 60.0, now: datetime.datetime | None = None
+    overdue_after: float = 60.0,
+    now: datetime.datetime | None = None,
+    *,
+    probe: bool = False,
 ) -> Report:
     """Read and judge the deployment; ``overdue_after`` seconds of lateness
-    (and of outbox age) make it degraded."""
+    (and of outbox age) make it degraded. ``probe``: read only what the
+    verdict needs (see the module docstring)."""
     now = timezone.now() if now is None else now
     report = Report()
-    _read_database(report, now, datetime.timedelta(seconds=overdue_after))
+    _read_database(report, now, datetime.timedelta(seconds=overdue_after), probe)
     _read_redis(report)
     return report
 
 
+def _count(rows: QuerySet[Any], limit: int | None) -> int:
+    """``rows.count()``, stopping at ``limit`` rows if given."""
+    return rows.count() if limit is None else rows.values("pk")[:limit].count()
+
+
 def _read_database(
-    report: Report, now: datetime.datetime, threshold: datetime.timedelta
+    report: Report,
+    now: datetime.datetime,
+    threshold: datetime.timedelta,
+    probe: bool,
 ) -> None:
     db = router.db_for_read(DelayedTask)
+    limit = PROBE_LIMIT if probe else None
     try:
         rows = DelayedTask.objects.using(db).order_by()
-        report.tasks = {
-            status: count
-            for status, count in rows.values_list("status").annotate(n=Count("pk"))
-        }
+        if not probe:
+            report.tasks = {
+                status: count
+                for status, count in rows.values_list("status").annotate(n=Count("pk"))
+            }
+            # On the (status, finished_at) index: as cheap as the failures.
+            report.failed_last_hour = rows.filter(
+                status=Status.FAILED, finished_at__gte=now - FAILED_WINDOW
+            ).count()
+        # Both on the (status, run_at) index.
         late = rows.filter(status=Status.SCHEDULED, run_at__lt=now - threshold)
-        overdue = late.aggregate(n=Count("pk"), oldest=Min("run_at"))
-        outbox = (
-            OutboxEntry.objects.using(db)
-            .order_by()
-            .aggregate(
-                n=Count("pk"),
-                oldest=Min("created_at"),
-                stale=Count("pk", filter=Q(created_at__lt=now - threshold)),
-            )
+        overdue = _count(late, limit)
+        oldest = late.order_by("run_at").values_list("run_at", flat=True).first()
+        entries = OutboxEntry.objects.using(db).order_by()
+        outbox = _count(entries, limit)
+        stale_outbox = _count(entries.filter(created_at__lt=now - threshold), limit)
+        oldest_outbox = (
+            entries.order_by("created_at").values_list("created_at", flat=True).first()
+            if outbox
+            else None
         )
     except DatabaseError as exc:
         report.database = f"unreachable: {type(exc).__name__}: {exc}"
         report.flag(DOWN, f"the database does not answer ({type(exc).__name__})")
         return
-    report.overdue, report.outbox = overdue["n"], outbox["n"]
-    report.oldest_overdue = _iso(overdue["oldest"])
-    report.oldest_outbox = _iso(outbox["oldest"])
+    report.overdue, report.outbox = overdue, outbox
+    report.oldest_overdue = _iso(oldest)
+    report.oldest_outbox = _iso(oldest_outbox)
     seconds = int(threshold.total_seconds())
     if report.overdue:
         report.flag(
             DEGRADED,
-            f"{report.overdue} task(s) overdue by more than {seconds} s "
-            f"(the oldest was due at {report.oldest_overdue})",
+            f"{_at_least(report.overdue, limit)} task(s) overdue by more than "
+            f"{seconds} s (the oldest was due at {report.oldest_overdue})",
         )
-    stale_outbox = outbox["stale"]
     if stale_outbox:
         report.flag(
             DEGRADED,
-            f"{stale_outbox} outbox entr{'y' if stale_outbox == 1 else 'ies'} "
+            f"{_at_least(stale_outbox, limit)} outbox "
+            f"entr{'y' if stale_outbox == 1 else 'ies'} "
             f"older than {seconds} s: Redis refused writes, and the sweeper has "
             f"not replayed them (is delayq_sweep running?)",
         )
+
+
+def _at_least(count: int, limit: int | None) -> str:
+    return f"at least {count}" if count == limit else str(count)
 
 
 def _read_redis(report: Report) -> None:
@@ -136,7 +185,7 @@ def _read_redis(report: Report) -> None:
         shards = stats.read_shards(
             client, settings.key_prefix, settings.queues.values()
         )
-        alive = stats.live_workers(client, settings.key_prefix)
+        live = stats.live_processes(client, settings.key_prefix)
     except RedisUnavailable as exc:
         report.redis = f"unreachable: {error_text(exc)}"
         report.flag(DOWN, f"Redis does not answer ({error_text(exc)})")
@@ -167,14 +216,29 @@ def _read_redis(report: Report) -> None:
                 f"no dispatcher leases shard {state.label} "
                 f"(is delayq_dispatch running?)",
             )
-    report.workers = alive
-    served = {queue for queues in alive.values() for queue in queues}
+    report.workers = live.workers
+    served = {queue for queues in live.workers.values() for queue in queues}
     for queue in settings.queues:
         if queue not in served:
             report.flag(
                 DEGRADED,
                 f"no live worker serves queue {queue!r} (is delayq_worker running?)",
             )
+    for sweeper in live.sweepers:
+        ended_ms = sweeper.expires_ms - pass_ttl(sweeper.interval) * 1000
+        report.sweepers[sweeper.token] = SweeperState(
+            interval=sweeper.interval,
+            last_pass=datetime.datetime.fromtimestamp(
+                ended_ms / 1000, datetime.UTC
+            ).isoformat(timespec="milliseconds"),
+        )
+    if not live.sweepers:
+        report.flag(
+            DEGRADED,
+            f"no sweeper has ended a pass within {MISSED_PASSES} of its "
+            "intervals: nothing replays the outbox or repairs Redis after a "
+            "data loss (run delayq_sweep)",
+        )
 
 
 def _iso(moment: datetime.datetime | None) -> str | None:

@@ -9,7 +9,9 @@ what it held (:mod:`django_delayq.rescue`), using the board the child kept
 of the tasks it was running (:mod:`django_delayq.board`). The same board
 lets the supervisor enforce time limits where a child cannot: a task that
 holds the GIL in C code starves the child's own watchdog, so the supervisor
-kills a child whose task runs far past its deadline.
+kills a child whose task runs far past its deadline. With
+``--metrics-port``, the process serving the children's metrics is watched
+like a child: reaped, logged and started again when it dies.
 
 Start method: ``fork``, after closing every database and Redis connection
 the command process holds. A forked child starts in milliseconds with the
@@ -41,6 +43,7 @@ from multiprocessing.context import ForkProcess
 from django.db import connections
 
 from .board import Board
+from .companion import STABLE_AFTER, Companion, Keeper, backoff, describe_exit
 from .rescue import NOBODY, Blame, rescue_main
 from .store import connection as redis_connection
 from .stuck import GIVE_UP_TIMEOUT
@@ -50,14 +53,6 @@ from .worker_process import STOP_SIGNALS, Recycling, child_main
 
 logger = logging.getLogger(__name__)
 
-#: A child that dies unexpectedly is replaced after 1 s, then 2 s, 4 s...
-#: up to this, so a crash loop (a broken deploy, a database refusing
-#: connections) does not spin.
-MAX_RESTART_DELAY = 30.0
-
-#: A child that ran this long before dying starts the back-off afresh.
-STABLE_AFTER = 60.0
-
 #: How often the supervisor reads its children's deadlines.
 LIMITS_INTERVAL = 1.0
 
@@ -66,6 +61,9 @@ LIMITS_INTERVAL = 1.0
 #: that fails, settles it and exits within its grace period and the time it
 #: allows for that; this is for a child whose watchdog could not run at all.
 HARD_LIMIT_MARGIN = DEFAULT_GRACE + GIVE_UP_TIMEOUT + 5.0
+
+#: The companion's key among the slots to restart (the children's are 0..N-1).
+_COMPANION = -1
 
 
 @dataclass
@@ -109,6 +107,8 @@ class Supervisor:
         grace_period: float,
     ) -> None:
         self.make_worker = make_worker
+        #: restarted when it dies (see :meth:`keep`)
+        self.companion: Keeper | None = None
         self.processes = processes
         self.recycling = recycling
         self.grace_period = grace_period
@@ -119,7 +119,8 @@ class Supervisor:
         self._rescues: dict[int, tuple[ForkProcess, int]] = {}
         #: the grace period ran out and the children were killed
         self._forced = False
-        #: slot -> when to start the child replacing one that died
+        #: slot -> when to start the child replacing one that died (or the
+        #: companion, at _COMPANION)
         self._restarts: dict[int, float] = {}
         #: slot -> how many of its children died in a row, for the back-off
         self._failures: dict[int, int] = {}
@@ -169,6 +170,10 @@ class Supervisor:
             logger.info("delayq_worker: supervisor %d stopped", os.getpid())
         return self.totals
 
+    def keep(self, companion: Companion | None) -> None:
+        """Keep ``companion`` (started already) running beside the children."""
+        self.companion = None if companion is None else Keeper(companion)
+
     def stop(self) -> None:
         """Stop every child gracefully; kill those left after the grace period."""
         self._stopping = True
@@ -201,20 +206,26 @@ class Supervisor:
         for slot, due in list(self._restarts.items()):
             if not self._stopping and now >= due:
                 del self._restarts[slot]
-                self._start(slot, replacing=True)
+                self._restart(slot)
         if now >= self._next_limits:
             self._enforce_limits(now)
             self._next_limits = now + LIMITS_INTERVAL
         wake_ups = [] if self._stopping else list(self._restarts.values())
+        companion = self.companion.sentinel if self.companion else None
         if self._children:
             wake_ups.append(self._next_limits)
         if self._deadline is not None and self._deadline < math.inf:
             wake_ups.append(self._deadline)
         timeout = max(min(wake_ups) - now, 0.0) if wake_ups else None
-        ready = wait([self._wake_read, *self._children, *self._rescues], timeout)
+        watched = [self._wake_read, *self._children, *self._rescues]
+        if companion is not None:
+            watched.append(companion)
+        ready = wait(watched, timeout)
         for sentinel in ready:
             if sentinel == self._wake_read:
                 os.read(self._wake_read, 512)
+            elif companion is not None and sentinel == companion:
+                self._companion_exited()
             elif isinstance(sentinel, int) and sentinel in self._children:
                 self._exited(self._children.pop(sentinel))
             elif isinstance(sentinel, int) and sentinel in self._rescues:
@@ -260,7 +271,7 @@ class Supervisor:
         if self._stopping:
             if code != 0:
                 logger.warning(
-                    "delayq_worker: worker process %d %s", pid, _describe(code)
+                    "delayq_worker: worker process %d %s", pid, describe_exit(code)
                 )
             return
         reason = report.get("recycled")
@@ -276,16 +287,33 @@ class Supervisor:
         lived = time.monotonic() - child.started
         failures = 0 if lived >= STABLE_AFTER else self._failures.get(child.slot, 0)
         self._failures[child.slot] = failures + 1
-        delay = min(2.0**failures, MAX_RESTART_DELAY)
+        delay = backoff(failures)
         logger.error(
             "delayq_worker: worker process %d %s after %.1f s; starting another "
             "in %g s",
             pid,
-            _describe(code),
+            describe_exit(code),
             lived,
             delay,
         )
         self._restarts[child.slot] = time.monotonic() + delay
+
+    def _restart(self, slot: int) -> None:
+        if slot != _COMPANION:
+            self._start(slot, replacing=True)
+            return
+        assert self.companion is not None
+        retry = self.companion.restart()
+        if retry is not None:
+            self._restarts[slot] = time.monotonic() + retry
+
+    def _companion_exited(self) -> None:
+        assert self.companion is not None
+        if self._stopping:  # its owner stops it anyway: only collect it
+            self.companion.companion.reap()
+            return
+        delay = self.companion.exited()
+        self._restarts[_COMPANION] = time.monotonic() + delay
 
     def _enforce_limits(self, now: float) -> None:
         """Kill a child whose task runs far past its time limit (see
@@ -335,7 +363,7 @@ class Supervisor:
                 child.board.read(),
                 child.process.pid,
                 blame,
-                _describe(code),
+                describe_exit(code),
             ),
             name="delayq-rescue",
         )
@@ -349,7 +377,7 @@ class Supervisor:
                 "delayq_worker: the rescue of worker process %d's tasks %s; "
                 "other workers take them over after the visibility timeout",
                 pid,
-                _describe(process.exitcode),
+                describe_exit(process.exitcode),
             )
 
     def _signal_all(self, signum: int) -> None:
@@ -358,12 +386,6 @@ class Supervisor:
         for child in list(self._children.values()):
             with contextlib.suppress(OSError):  # it has just exited
                 os.kill(child.process.pid or 0, signum)
-
-
-def _describe(code: int | None) -> str:
-    if code is not None and code < 0:
-        return f"was killed by {signal.Signals(-code).name}"
-    return f"exited with status {code}"
 
 
 def _read_report(reports: Connection) -> dict[str, int | str]:

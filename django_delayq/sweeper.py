@@ -24,6 +24,11 @@ is idempotent and fenced on the row's state, and a pass holds a Redis lock,
 so several sweepers can run at once. The cost of a pass grows with the
 window and the backlog, not with the whole table. A pass logs one line of
 counts; the tasks it repaired are named at DEBUG level.
+
+Each pass that ends (done, or skipped because another sweeper held the lock)
+says so in ``<prefix>:sweepers`` with one command, valid for
+:func:`pass_ttl` of the interval: ``delayq_status`` reads it to tell a
+deployment whose sweeper runs from one without any.
 """
 
 from __future__ import annotations
@@ -49,10 +54,10 @@ from .shard_repair import repair_shard
 from .store import leases
 from .store.connection import Client, get_client
 from .store.errors import error_text
-from .store.keys import sweeper_lock_key
+from .store.keys import sweeper_lock_key, sweepers_key
 from .sweep_result import SweepResult
 
-__all__ = ["BATCH", "LOCK_MS", "SweepResult", "Sweeper"]
+__all__ = ["BATCH", "LOCK_MS", "SweepResult", "Sweeper", "pass_ttl"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +68,18 @@ BATCH = 1000
 #: it goes (per shard, per batch), so a sweeper killed mid-pass holds up its
 #: replacement for that long, not for a whole pass.
 LOCK_MS = 10_000
+#: The interval a sweep() outside run() announces (the command's default).
+DEFAULT_INTERVAL = 30.0
+#: A sweeper's pass counts for this many of its intervals...
+MISSED_PASSES = 3
+#: ...and at least this long (seconds): a pass itself takes a moment.
+MIN_PASS_TTL = 10.0
+
+
+def pass_ttl(interval: float) -> float:
+    """How long (seconds) a pass of a sweeper running every ``interval``
+    seconds shows it as alive: past that, no pass ended in a few intervals."""
+    return max(MISSED_PASSES * interval, MIN_PASS_TTL)
 
 
 class _LockLost(Exception):
@@ -84,6 +101,7 @@ class Sweeper:
         self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self._stopping = threading.Event()
         self._lock_ms = LOCK_MS
+        self._interval = DEFAULT_INTERVAL
 
     def run(self, *, interval: float = 30.0, once: bool = False) -> SweepResult:
         """Sweep every ``interval`` seconds until :meth:`stop`; return the last pass."""
@@ -91,6 +109,7 @@ class Sweeper:
         first = True
         failed = 0  # passes in a row that Redis or the database cut short
         self._lock_ms = max(2000, int(2 * interval * 1000))
+        self._interval = interval
         while not self._stopping.is_set():
             try:
                 result = self.sweep()
@@ -126,8 +145,10 @@ class Sweeper:
                     interval,
                 )
             if once:
-                break
+                # A pass run from cron stays counted for a few --interval.
+                return result
             self._stopping.wait(interval)
+        self._leave()
         return result
 
     def stop(self) -> None:
@@ -141,6 +162,8 @@ class Sweeper:
         # The lock outlives a slow pass comfortably; a crashed holder's
         # lock expires by itself.
         if not leases.take(client, lock, self.token, self._lock_ms):
+            # Alive, and another sweeper is passing: both are as good.
+            self._announce(client)
             return SweepResult(skipped=True)
         self._lock = (client, lock)
         result = SweepResult()
@@ -151,7 +174,6 @@ class Sweeper:
             result.replayed = self._replay(now)
             self._reconcile(client, now, result)
             self._prune(now, result)
-            return result
         except _LockLost:
             logger.warning(
                 "sweep: lost the sweep lock mid-pass; another sweeper took over"
@@ -160,6 +182,37 @@ class Sweeper:
         finally:
             # Only if it is still ours (compare and delete, atomically).
             leases.release(client, lock, self.token)
+        # Only a pass that ended counts: one cut short by Redis or the
+        # database raised above, and repaired nothing.
+        self._announce(client)
+        return result
+
+    @property
+    def member(self) -> str:
+        """This sweeper in ``<prefix>:sweepers``: its token and interval."""
+        return f"{self.token}#{self._interval:g}"
+
+    def _announce(self, client: Client) -> None:
+        try:
+            leases.beat(
+                client,
+                sweepers_key(self.settings.key_prefix),
+                self.member,
+                int(pass_ttl(self._interval) * 1000),
+                prune=True,  # one command every interval: cheap enough
+            )
+        except RedisUnavailable as exc:
+            # The pass is done; only delayq_status misses it (and says so).
+            logger.warning("sweep: the pass could not be recorded: %s", error_text(exc))
+
+    def _leave(self) -> None:
+        """A graceful stop: no longer counted as a sweeper at once."""
+        try:
+            leases.leave(
+                get_client("loop"), sweepers_key(self.settings.key_prefix), self.member
+            )
+        except RedisUnavailable as exc:
+            logger.debug("sweep: not removed from the sweepers: %s", exc)
 
     def _renew_lock(self) -> None:
         client, lock = self._lock

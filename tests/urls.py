@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import path
-from health_check.views import HealthCheckView
+from health_check.views import HealthCheckView as PlainHealthCheckView
+
+from django_delayq.health import HealthCheckView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -11,5 +13,16 @@ urlpatterns = [
         "ht/",
         HealthCheckView.as_view(checks=["django_delayq.health.DelayQueue"]),
         name="health",
+    ),
+    path(
+        "ht/ready/",
+        HealthCheckView.as_view(checks=["django_delayq.health.Reachable"]),
+        name="health-ready",
+    ),
+    # django-health-check's own view: nobody sees the details there.
+    path(
+        "ht/plain/",
+        PlainHealthCheckView.as_view(checks=["django_delayq.health.DelayQueue"]),
+        name="health-plain",
     ),
 ]

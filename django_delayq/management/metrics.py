@@ -6,13 +6,16 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import CommandError, CommandParser
 
 from ..exceptions import MetricsUnavailable
 from ..metrics import INSTALL
 from ..sweeper import Sweeper
+
+if TYPE_CHECKING:
+    from ..companion import Companion
 
 logger = logging.getLogger("django_delayq.metrics")
 
@@ -54,21 +57,23 @@ def check_metrics_options(options: dict[str, Any]) -> None:
 @contextlib.contextmanager
 def metrics_served(
     options: dict[str, Any], *, supervisor: bool = False
-) -> Iterator[None]:
+) -> Iterator[Companion | None]:
     """Serve metrics while the block runs, if ``--metrics-port`` was given.
 
     ``supervisor``: the command forks worker processes in the block; their
-    metrics are summed (:class:`~django_delayq.metrics.server.AggregateServer`).
+    metrics are summed (:class:`~django_delayq.metrics.server.AggregateServer`),
+    by the process the block gets, for the supervisor to keep running.
     """
     check_metrics_options(options)
     port, addr = options["metrics_port"], options["metrics_addr"]
     if port is None:
-        yield
+        yield None
         return
     # Imported here: the module imports prometheus-client only when called,
     # and only once the multi-process directory is set.
     from ..metrics import server
 
+    aggregate = None
     try:
         if supervisor:
             aggregate = server.AggregateServer(addr, port)
@@ -88,7 +93,7 @@ def metrics_served(
         ) from exc
     logger.info("metrics at http://%s:%d/metrics", addr, port)
     try:
-        yield
+        yield aggregate
     finally:
         stop()
 

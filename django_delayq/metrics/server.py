@@ -14,16 +14,24 @@ which is emptied) before prometheus-client is imported, so every child
 writes its counters and histograms to files there, and a separate process,
 forked before the workers, serves their sum and the backlog gauges. A child
 that is recycled leaves its files: its counts stay in the sums, as counters
-must.
+must. The supervisor watches the serving process too, and starts another
+when it dies (:meth:`AggregateServer.restart`).
+
+A directory named by the environment is the operator's; it must be a real
+directory (not a symlink) owned by the user running the command, since the
+metrics written there are read back and summed, and it is emptied of
+``*.db`` files without following symlinks. One created here is ``0700``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import os
 import shutil
 import signal
+import stat
 import tempfile
 import time
 from collections.abc import Callable
@@ -36,6 +44,8 @@ from django.db import connections
 from ..exceptions import MetricsUnavailable
 from ..store import connection as redis_connection
 from . import enable
+
+logger = logging.getLogger(__name__)
 
 #: How long the command waits for the metrics process to listen.
 START_TIMEOUT = 15.0
@@ -80,6 +90,8 @@ class AggregateServer:
 
     def __init__(self, addr: str, port: int) -> None:
         self.addr, self.port = addr, port
+        self.name = f"metrics process serving http://{addr}:{port}/metrics"
+        self._at = (addr, port)
         self.directory = ""
         self._owned = False
         self._process: ForkProcess | None = None
@@ -134,9 +146,46 @@ class AggregateServer:
             reader.close()
         if message != "ok":
             raise OSError(message)
+        logger.info("metrics process %d listening on %s:%d", process.pid, *self._at)
+
+    @property
+    def sentinel(self) -> int | None:
+        """Ready for ``multiprocessing.connection.wait`` once the serving
+        process has exited; None when there is none."""
+        return None if self._process is None else self._process.sentinel
+
+    def reap(self) -> tuple[int, int | None]:
+        """Collect the serving process that exited (no zombie left); its pid
+        and exit code."""
+        process, self._process = self._process, None
+        if process is None:
+            return 0, None
+        process.join()
+        return process.pid or 0, process.exitcode
+
+    def restart(self) -> int:
+        """Start another serving process, on the same address and directory;
+        its pid.
+
+        :raises OSError: it could not listen (it is gone again then).
+        """
+        try:
+            self._start()
+        except BaseException:
+            self._end_process()
+            raise
+        assert self._process is not None
+        return self._process.pid or 0
 
     def stop(self) -> None:
         """Stop the serving process; remove the directory if it made it."""
+        self._end_process()
+        if self._owned:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            os.environ.pop(_ENV, None)
+            self._owned = False
+
+    def _end_process(self) -> None:
         process, self._process = self._process, None
         if process is not None:
             process.terminate()
@@ -144,25 +193,66 @@ class AggregateServer:
             if process.is_alive():
                 process.kill()
                 process.join()
-        if self._owned:
-            shutil.rmtree(self.directory, ignore_errors=True)
-            os.environ.pop(_ENV, None)
-            self._owned = False
 
     def _prepare_directory(self) -> None:
         named = os.environ.get(_ENV) or os.environ.get(_ENV.lower())
         if named:
             # prometheus-client: "This directory must be wiped between
             # process runs": files of an earlier run would add to the sums.
-            directory = Path(named)
-            directory.mkdir(parents=True, exist_ok=True)
-            for stale in directory.glob("*.db"):
-                stale.unlink(missing_ok=True)
-            self.directory = str(directory)
+            empty_directory(Path(named))
+            self.directory = named
         else:
-            self.directory = tempfile.mkdtemp(prefix="delayq-metrics-")
+            self.directory = tempfile.mkdtemp(prefix="delayq-metrics-")  # 0700
             os.environ[_ENV] = self.directory
             self._owned = True
+
+
+def empty_directory(directory: Path) -> None:
+    """Make ``directory`` (``0700`` if it is new) and delete the ``*.db``
+    files in it, never following a symlink: a link named ``*.db`` is removed
+    itself, and its target is left alone.
+
+    :raises MetricsUnavailable: it is a symlink, not a directory, or owned by
+        another user.
+    """
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        directory.mkdir(mode=0o700)
+    try:
+        # O_NOFOLLOW: the directory itself is not a symlink; every deletion
+        # below is relative to this descriptor, so a rename of the path
+        # meanwhile cannot point it elsewhere.
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        kind = (
+            "a symlink"
+            if directory.is_symlink()
+            else "not a directory"
+            if directory.exists()
+            else f"not usable ({exc.strerror})"
+        )
+        raise MetricsUnavailable(
+            f"{_ENV}={str(directory)!r} is {kind}: name a directory of its own "
+            f"(it is created 0700 if missing), or leave {_ENV} unset for a "
+            f"temporary one"
+        ) from exc
+    try:
+        owner = os.fstat(fd).st_uid
+        if owner != os.geteuid():
+            raise MetricsUnavailable(
+                f"{_ENV}={str(directory)!r} belongs to another user (uid "
+                f"{owner}, not {os.geteuid()}): its *.db files would be read "
+                f"into the metrics and deleted; name a directory of this user's "
+                f"own, or leave {_ENV} unset for a temporary one"
+            )
+        for entry in os.scandir(fd):
+            if not entry.name.endswith(".db"):
+                continue
+            mode = entry.stat(follow_symlinks=False).st_mode
+            if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+                os.unlink(entry.name, dir_fd=fd)  # a link itself, never its target
+    finally:
+        os.close(fd)
 
 
 def _serve_aggregate(

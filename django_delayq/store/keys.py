@@ -12,8 +12,10 @@ every key of one shard lives in one slot and each Lua script touches one slot)::
     <prefix>:{<queue>:<shard>}:dead   STREAM  entries no worker could run, with why
     <prefix>:{<queue>:<shard>}:activity:<minute>  HASH  counters (store.activity)
 
-and, per prefix, ``<prefix>:owner`` (see :mod:`django_delayq.ownership`) and
-``<prefix>:workers`` (:func:`workers_key`).
+and, per prefix, ``<prefix>:owner`` (see :mod:`django_delayq.ownership`),
+``<prefix>:workers`` (:func:`workers_key`), ``<prefix>:sweeper`` (the sweep
+lock, :func:`sweeper_lock_key`) and ``<prefix>:sweepers``
+(:func:`sweepers_key`).
 
 A member is the task id's 16 raw bytes: the smallest unique encoding, which
 keeps Redis memory per scheduled task low. A task of another band than the
@@ -69,6 +71,14 @@ def shard_keys(prefix: str, queue: str, shard: int) -> ShardKeys:
 def sweeper_lock_key(prefix: str) -> str:
     """The lock one sweep pass holds, so concurrent sweepers take turns."""
     return f"{prefix}:sweeper"
+
+
+def sweepers_key(prefix: str) -> str:
+    """The ZSET of sweepers that passed lately: member = ``<token>#<interval>``
+    (seconds between its passes), score = the expiry of its last pass (epoch
+    ms). The lock above exists only during a pass, so it cannot tell a
+    deployment without a sweeper from one between two passes."""
+    return f"{prefix}:sweepers"
 
 
 def workers_key(prefix: str) -> str:

@@ -26,7 +26,7 @@ import redis
 
 from ..conf import QueueSettings
 from .errors import translated
-from .keys import shard_keys, workers_key
+from .keys import shard_keys, sweepers_key, workers_key
 from .streams import GROUP
 
 #: Commands :func:`read_shards` queues per band stream, and per shard.
@@ -149,21 +149,63 @@ def _stream_backlog(reply: _Replies, at: int) -> tuple[int, int, int]:
     return ready, pending, waiting
 
 
+@dataclass(frozen=True)
+class Sweeper:
+    """A sweeper whose last pass has not lapsed."""
+
+    token: str
+    interval: float  # seconds between its passes
+    expires_ms: int  # when its last pass stops counting (epoch ms)
+
+
+@dataclass(frozen=True)
+class Live:
+    """The processes whose heartbeats have not lapsed, by Redis' clock."""
+
+    now_ms: int
+    workers: dict[str, list[str]]  # name -> the queues it serves
+    sweepers: list[Sweeper]
+
+
 @translated
 def live_workers(client: redis.Redis, prefix: str) -> dict[str, list[str]]:
     """The worker processes whose heartbeat (``<prefix>:workers``) has not
     lapsed, by Redis' clock, each with the queues it serves; one round trip."""
+    return live_processes(client, prefix, sweepers=False).workers
+
+
+@translated
+def live_processes(client: redis.Redis, prefix: str, *, sweepers: bool = True) -> Live:
+    """The live workers and (unless not asked for) the sweepers whose last
+    pass has not lapsed (``<prefix>:sweepers``); one round trip."""
     pipe = client.pipeline(transaction=False)
     pipe.time()
     pipe.zrangebyscore(workers_key(prefix), "-inf", "+inf", withscores=True)
-    (seconds, micros), members = pipe.execute()
+    if sweepers:
+        pipe.zrangebyscore(sweepers_key(prefix), "-inf", "+inf", withscores=True)
+    (seconds, micros), workers, *rest = pipe.execute()
     now_ms = int(seconds) * 1000 + int(micros) // 1000
     alive = {}
-    for member, expiry in members:
+    for member, expiry in workers:
         if expiry > now_ms:
             name, _, queues = _text(member).partition("#")
             alive[name] = [queue for queue in queues.split(",") if queue]
-    return alive
+    passed = []
+    for member, expiry in rest[0] if rest else []:
+        token, _, interval = _text(member).rpartition("#")
+        try:
+            seconds_between = float(interval)
+        except ValueError:
+            continue  # not written by a sweeper
+        if expiry > now_ms:
+            passed.append(Sweeper(token, seconds_between, int(expiry)))
+    return Live(now_ms, alive, passed)
+
+
+@translated
+def ping(client: redis.Redis) -> None:
+    """Whether Redis answers at all (``PING``): raises if it does not."""
+    client.ping()
 
 
 @translated

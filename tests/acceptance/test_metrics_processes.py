@@ -5,6 +5,9 @@ Django view."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import subprocess
 import sys
 import urllib.error
@@ -304,3 +307,92 @@ def test_the_dispatcher_and_delayq_run_serve_metrics(
     assert value(samples, "delayq_task_lateness_seconds_count", **labels) == 1
     assert value(samples, "delayq_workers", queue="orders") == 1
     assert DelayedTask.objects.get(pk=task.pk).status == Status.SUCCEEDED
+
+
+def test_a_killed_metrics_process_is_reaped_logged_and_restarted(
+    processes: Processes, redis_client: redis.Redis
+) -> None:
+    port = free_port()
+    supervisor = processes.start(
+        "delayq_worker", "--processes", "2", "--metrics-port", str(port)
+    )
+    wait_for(lambda: _answers(port), 30, "the supervisor's metrics endpoint")
+    log = processes.log(supervisor)
+    (first,) = re.findall(r"metrics process (\d+) listening on ", log)
+    os.kill(int(first), signal.SIGKILL)
+    restarted = re.compile(
+        rf"the metrics process serving http://127\.0\.0\.1:{port}/metrics "
+        rf"\(process {first}\) was killed by SIGKILL after [\d.]+ s; restarting "
+        rf"it in 0 s\n.*the metrics process serving "
+        rf"http://127\.0\.0\.1:{port}/metrics restarted \(process (\d+)\)",
+        re.S,
+    )
+    wait_for(
+        lambda: restarted.search(processes.log(supervisor)) is not None,
+        30,
+        "the log saying the metrics process was restarted",
+    )
+    wait_for(lambda: _answers(port), 30, "/metrics answering again")
+    # Reaped: no zombie left of the killed process.
+    assert not Path(f"/proc/{first}").exists()
+    match = restarted.search(processes.log(supervisor))
+    assert match is not None
+    assert match.group(1) != first
+    # It serves what the first one did.
+    wait_for(
+        lambda: value(scrape(port), "delayq_workers", queue="orders") == 2,
+        30,
+        "both worker processes live, as the new metrics process says",
+    )
+    supervisor.terminate()
+    assert supervisor.wait(timeout=30) == 0
+    wait_for(lambda: not _answers(port), 10, "the metrics process stopped")
+
+
+def _worker_with_multiproc_dir(
+    processes: Processes, directory: Path
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "django",
+            "delayq_worker",
+            "--processes",
+            "2",
+            "--metrics-port",
+            str(free_port()),
+        ],
+        env={**processes.env, "PROMETHEUS_MULTIPROC_DIR": str(directory)},
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+    )
+
+
+def test_a_symlinked_or_foreign_multiproc_dir_is_refused(
+    processes: Processes, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "counter_1.db").write_bytes(b"not ours")
+    link = tmp_path / "link"
+    link.symlink_to(elsewhere)
+    done_ = _worker_with_multiproc_dir(processes, link)
+    assert done_.returncode == 1
+    assert (
+        f"CommandError: --metrics-port: PROMETHEUS_MULTIPROC_DIR='{link}' is a "
+        f"symlink: name a directory of its own"
+    ) in done_.stderr.decode()
+    assert (elsewhere / "counter_1.db").read_bytes() == b"not ours"
+
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "counter_2.db").write_bytes(b"theirs")
+    os.chown(foreign, 65534, 65534)  # the tests run as root: "nobody"'s now
+    done_ = _worker_with_multiproc_dir(processes, foreign)
+    assert done_.returncode == 1
+    assert (
+        f"PROMETHEUS_MULTIPROC_DIR='{foreign}' belongs to another user (uid 65534"
+    ) in done_.stderr.decode()
+    assert (foreign / "counter_2.db").read_bytes() == b"theirs"

@@ -9,9 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 from django.core import checks
+from django.core.checks import CheckMessage
 
 from tests.conftest import delayq_settings
-from tools.servers import RedisServer
+from tools.servers import RedisServer, free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,9 +55,42 @@ def test_a_careful_redis_on_loopback_passes(settings, server):
 def test_plaintext_to_another_host_is_flagged_without_waiting_for_it(settings):
     # 192.0.2.0/24 is reserved for documentation: nothing answers there.
     settings.DELAYQ = delayq_settings("redis://:pw@192.0.2.10:6379/0")
-    assert deploy_ids() == {"delayq.W004"}
+    assert deploy_ids() == {"delayq.W004", "delayq.W007"}
     settings.DELAYQ = delayq_settings("rediss://:pw@192.0.2.10:6379/0")
-    assert deploy_ids() == set()
+    assert deploy_ids() == {"delayq.W007"}
+
+
+def server_not_checked() -> CheckMessage:
+    [found] = [
+        m
+        for m in checks.run_checks(
+            include_deployment_checks=True, tags=["django_delayq"]
+        )
+        if m.id == "delayq.W007"
+    ]
+    return found
+
+
+def test_an_unreachable_redis_is_said_to_be_unchecked(settings):
+    settings.DELAYQ = delayq_settings(f"redis://:pw@127.0.0.1:{free_port()}/0")
+    assert deploy_ids() == {"delayq.W007"}
+    warning = server_not_checked()
+    assert warning.msg.startswith(
+        "Could not check Redis' eviction policy and persistence (delayq.W002, "
+        "delayq.W003): Redis does not answer (ConnectionError"
+    )
+    assert "pw" not in warning.msg
+    assert "SILENCED_SYSTEM_CHECKS" in warning.hint
+
+
+REFUSES_CONFIG = {"extra_args": ["--rename-command", "CONFIG", '""']}
+
+
+@pytest.mark.parametrize("server", [REFUSES_CONFIG], indirect=True)
+def test_a_redis_refusing_config_is_said_to_be_unchecked(settings, server):
+    settings.DELAYQ = delayq_settings(server.url)
+    assert deploy_ids() == {"delayq.W005", "delayq.W007"}
+    assert server_not_checked().msg.endswith(": Redis refuses CONFIG GET.")
 
 
 @pytest.mark.parametrize("server", [CAREFUL], indirect=True)

@@ -14,7 +14,8 @@ from django.utils import timezone
 
 from django_delayq import schedule
 from django_delayq.dispatcher import Dispatcher
-from django_delayq.models import DelayedTask, OutboxEntry
+from django_delayq.models import DelayedTask, OutboxEntry, Status
+from django_delayq.sweeper import Sweeper
 from django_delayq.worker import Worker
 from tests.testapp.tasks import add
 from tools.procs import wait_for
@@ -32,24 +33,29 @@ def status(*args: str) -> tuple[int, str]:
 
 
 @pytest.fixture
-def loops(redis_client) -> Iterator[tuple[Dispatcher, Worker]]:
-    """A dispatcher and a worker running, as in production."""
-    dispatcher, worker = Dispatcher(), Worker()
-    threads = [threading.Thread(target=loop.run) for loop in (dispatcher, worker)]
+def loops(redis_client) -> Iterator[tuple[Dispatcher, Worker, Sweeper]]:
+    """A dispatcher, a worker and a sweeper running, as in production."""
+    dispatcher, worker, sweeper = Dispatcher(), Worker(), Sweeper()
+    threads = [
+        threading.Thread(target=dispatcher.run),
+        threading.Thread(target=worker.run),
+        threading.Thread(target=sweeper.run, kwargs={"interval": 1.0}),
+    ]
     for thread in threads:
         thread.start()
     try:
-        wait_for(lambda: status()[0] == 0, 30, "dispatcher and worker up")
-        yield dispatcher, worker
+        wait_for(lambda: status()[0] == 0, 30, "dispatcher, worker and sweeper up")
+        yield dispatcher, worker, sweeper
     finally:
         dispatcher.stop()
         worker.stop()
+        sweeper.stop()
         for thread in threads:
             thread.join(timeout=30)
 
 
-def test_healthy_with_a_dispatcher_and_a_worker(loops):
-    dispatcher, worker = loops
+def test_healthy_with_a_dispatcher_a_worker_and_a_sweeper(loops):
+    dispatcher, worker, sweeper = loops
     code, text = status()
     assert code == 0
     lines = text.splitlines()
@@ -57,6 +63,39 @@ def test_healthy_with_a_dispatcher_and_a_worker(loops):
     assert any(line.startswith("  shard ") and "dispatcher" in line for line in lines)
     assert f"Dispatcher {dispatcher.token}: default:0, orders:0" in text
     assert f"Worker {worker.name}: default, orders, reports" in text
+    assert f"Sweeper {sweeper.token}: every 1 s, last pass ended at 20" in text
+
+
+def test_no_sweeper_is_degraded_and_says_what_to_run(loops):
+    _, _, sweeper = loops
+    sweeper.stop()  # a graceful stop leaves the sweepers at once
+    wait_for(lambda: status()[0] == 1, 30, "degraded without the sweeper")
+    code, text = status("--json")
+    report = json.loads(text)
+    assert report["sweepers"] == {}
+    assert report["problems"] == [
+        "no sweeper has ended a pass within 3 of its intervals: nothing replays "
+        "the outbox or repairs Redis after a data loss (run delayq_sweep)"
+    ]
+    # A pass run by hand (from cron, say) counts for a few of its intervals.
+    call_command("delayq_sweep", "--once", "--interval", "600", stdout=io.StringIO())
+    code, text = status()
+    assert code == 0, text
+    assert "every 600 s, last pass ended at" in text
+
+
+def test_tasks_failed_in_the_last_hour_are_shown_not_judged(loops):
+    now = timezone.now()
+    for minutes_ago in (5, 50, 70):
+        task = schedule(add, args=[1, 2], delay=3600)
+        DelayedTask.objects.filter(pk=task.pk).update(
+            status=Status.FAILED,
+            finished_at=now - datetime.timedelta(minutes=minutes_ago),
+        )
+    code, text = status()
+    assert code == 0, text
+    assert "Failed in the last hour: 2\n" in text
+    assert json.loads(status("--json")[1])["failed_last_hour"] == 2
 
 
 def test_json_for_scripts(loops):

@@ -13,8 +13,9 @@ from django_delayq.status import Report, collect
 class Command(BaseCommand):
     help = (
         "The health of django-delayq at a glance: backlogs per shard, overdue "
-        "tasks, the outbox, live dispatchers and workers. Exits 0 healthy, 1 "
-        "degraded, 2 down (for probes)."
+        "tasks, the outbox, live dispatchers, workers and sweepers, tasks that "
+        "failed in the last hour. Exits 0 healthy, 1 degraded, 2 down (for "
+        "probes)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -52,6 +53,8 @@ def _text(report: Report) -> str:
     lines += [f"  - {problem}" for problem in report.problems]
     tasks = ", ".join(f"{status} {n}" for status, n in sorted(report.tasks.items()))
     lines.append(f"Database: {report.database}" + (f"; {tasks}" if tasks else ""))
+    if report.failed_last_hour is not None:
+        lines.append(f"Failed in the last hour: {report.failed_last_hour}")
     lines.append(
         f"Outbox: {report.outbox} entr{'y' if report.outbox == 1 else 'ies'}"
         + (f", the oldest from {report.oldest_outbox}" if report.oldest_outbox else "")
@@ -93,4 +96,9 @@ def _text(report: Report) -> str:
         lines.append(f"Dispatcher {token}: {', '.join(shards)}")
     for name, queues in sorted(report.workers.items()):
         lines.append(f"Worker {name}: {', '.join(queues)}")
+    for token, sweeper in sorted(report.sweepers.items()):
+        lines.append(
+            f"Sweeper {token}: every {sweeper.interval:g} s, last pass ended "
+            f"at {sweeper.last_pass}"
+        )
     return "\n".join(lines)

@@ -114,8 +114,9 @@ class Command(BaseCommand):
                 command_context(
                     supervisor.stop, "delayq_worker", verbosity, force=supervisor.kill
                 ),
-                metrics_served(options, supervisor=True),
+                metrics_served(options, supervisor=True) as metrics,
             ):
+                supervisor.keep(metrics)  # restarted if it dies
                 totals = supervisor.run()
             killed = totals.killed
             processed, dead, reclaimed = (

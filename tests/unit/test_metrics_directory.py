@@ -1,0 +1,51 @@
+"""The directory the worker processes share their metrics in
+(``PROMETHEUS_MULTIPROC_DIR``): made private, emptied without following
+symlinks."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from django_delayq.exceptions import MetricsUnavailable
+from django_delayq.metrics.server import empty_directory
+
+
+def test_a_new_directory_is_private(tmp_path: Path) -> None:
+    directory = tmp_path / "made" / "metrics"
+    empty_directory(directory)
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+
+
+def test_emptying_removes_a_db_symlink_not_its_target(tmp_path: Path) -> None:
+    directory, outside = tmp_path / "metrics", tmp_path / "outside"
+    directory.mkdir()
+    outside.mkdir()
+    target = outside / "precious.db"
+    target.write_bytes(b"keep me")
+    (directory / "counter_1.db").write_bytes(b"stale")
+    (directory / "gauge_2.db").symlink_to(target)
+    (directory / "notes.txt").write_text("not metrics")
+    empty_directory(directory)
+    assert sorted(p.name for p in directory.iterdir()) == ["notes.txt"]
+    assert target.read_bytes() == b"keep me"
+
+
+def test_a_symlinked_directory_is_refused_and_left_alone(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "counter_1.db").write_bytes(b"keep me")
+    link = tmp_path / "link"
+    link.symlink_to(outside)
+    with pytest.raises(MetricsUnavailable, match="is a symlink"):
+        empty_directory(link)
+    assert (outside / "counter_1.db").read_bytes() == b"keep me"
+
+
+def test_a_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "a-file"
+    path.write_text("")
+    with pytest.raises(MetricsUnavailable, match="is not a directory"):
+        empty_directory(path)
