@@ -283,7 +283,11 @@ class Dispatcher:
         try:
             self._stopping.set()
             self._listener.nudge(client)
-            self._listener.join()
+            # Leases first, threads after: the next owner takes over while
+            # this process waits for its listener (a wake-up its threads
+            # still take is put back for the new owner).
             self.leases.release_all(client)
         except RedisUnavailable as exc:
             logger.warning("dispatcher: could not hand back leases: %s", exc)
+        finally:
+            self._listener.join()

@@ -195,15 +195,11 @@ class Leases:
                 store.release(client, shard.keys.lease, self.token)
                 shard.owned = False
                 released += 1
-        # One push per live dispatcher, this one included (its own
-        # listener may still be blocked on the list and take one).
-        store.leave(
-            client,
-            self.members_key,
-            self.token,
-            handover=handover_key(self.members_key) if released else None,
-            waiters=self._alive,
-        )
+        if released:
+            handover = handover_key(self.members_key)
+            store.hand_over(client, self.members_key, self.token, handover)
+        else:
+            store.leave(client, self.members_key, self.token)
 
 
 #: What a failed call of :class:`_Calls` returns.

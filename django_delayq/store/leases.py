@@ -81,29 +81,18 @@ def beat(
 
 
 @translated
-def leave(
-    client: redis.Redis,
-    members_key: str,
-    token: str,
-    *,
-    handover: str | None = None,
-    waiters: int = 0,
-) -> None:
-    """Leave the heartbeat set at once (a graceful stop); with ``handover``,
-    wake ``waiters`` of the dispatchers blocked on that list, in the same
-    round trip.
+def leave(client: redis.Redis, members_key: str, token: str) -> None:
+    """Leave the heartbeat set at once (a graceful stop)."""
+    client.zrem(members_key, token)
 
-    One push wakes one blocked ``BLPOP``. Pushes nobody takes are trimmed to
-    :data:`HANDOVER_KEPT` and expire with the list: a dispatcher that blocks
-    later takes one and looks at the leases once more, which costs nothing.
-    """
-    pipe = client.pipeline(transaction=False)
-    pipe.zrem(members_key, token)
-    if handover is not None and waiters > 0:
-        pipe.lpush(handover, *["1"] * min(waiters, HANDOVER_KEPT))
-        pipe.ltrim(handover, 0, HANDOVER_KEPT - 1)
-        pipe.pexpire(handover, HANDOVER_TTL_MS)
-    pipe.execute()
+
+@translated
+def hand_over(client: redis.Redis, members_key: str, token: str, handover: str) -> int:
+    """:func:`leave`, and wake every other dispatcher blocked on the
+    ``handover`` list (``handover.lua``); how many pushes that took."""
+    script = scripts.load("handover")
+    args = (token, HANDOVER_KEPT, HANDOVER_TTL_MS)
+    return int(script(client, (members_key, handover), args))
 
 
 #: Pushes a handover list keeps at most, and how long it lives unread.
