@@ -1,16 +1,13 @@
 """The worker: reads the ready streams and runs the tasks they name.
 
 One :class:`Worker` per ``delayq_worker`` process, with ``concurrency``
-threads. Each thread is a consumer of every shard's group: it takes a batch
-of entries (from the worker's backlog, or with a blocking ``XREADGROUP``: no
-polling, and a read returns as soon as one entry is there) and hands it to
-:class:`~django_delayq.batch.Batch`, which claims, runs and records the
-tasks in groups. An entry is acknowledged and deleted only after its task's
-outcome is committed; if the worker dies first, the entry stays pending and
-another worker reclaims it with ``XAUTOCLAIM`` once it has been idle for
-``VISIBILITY_TIMEOUT`` (:mod:`django_delayq.reclaim`). The main thread
-heartbeats the entries in flight (:mod:`django_delayq.inflight`) so the
-tasks of a live worker never look idle.
+threads, each a consumer of every shard's group, taking batches of entries
+(from the backlog, or with a blocking ``XREADGROUP``, which returns as soon
+as one entry is there) for :class:`~django_delayq.batch.Batch` to claim,
+run and record in groups. An entry is acknowledged and deleted once its
+task's outcome is committed; if the worker dies first, another reclaims it
+when idle for ``VISIBILITY_TIMEOUT`` (:mod:`django_delayq.reclaim`), so the
+main thread heartbeats the entries in flight (:mod:`django_delayq.inflight`).
 """
 
 from __future__ import annotations
@@ -32,7 +29,7 @@ from .batch import Batch
 from .board import Board
 from .conf import get_settings
 from .dbconn import recycle_connections
-from .exceptions import RedisUnavailable, WorkerStuck
+from .exceptions import RedisPermissionDenied, RedisUnavailable, WorkerStuck
 from .group_commit import DEFAULT_BUDGET, DEFAULT_MAX_SIZE, Pacer
 from .inflight import InFlight
 from .quota import Quota
@@ -40,7 +37,7 @@ from .readers import StreamReaders, read_now
 from .reclaim import Reclaimer
 from .store import streams
 from .store.connection import Client, get_client
-from .store.errors import error_text
+from .store.errors import error_text, log_level
 from .store.keys import shard_keys
 from .stuck import give_up
 from .time_limits import DEFAULT_GRACE, Watchdog
@@ -141,6 +138,7 @@ class Worker:
         self._stats_lock = threading.Lock()
         self._stopping = threading.Event()
         self._crashed = threading.Event()
+        self._refused: RedisPermissionDenied | None = None  # ends a --once pass
         self._in_flight = InFlight(self.streams)
         self.watchdog = Watchdog(DEFAULT_GRACE)
         self._reclaimer = Reclaimer(self.streams, self.visibility_timeout)
@@ -224,8 +222,8 @@ class Worker:
                 f"worker {self.name}: {stuck} task(s) ran past their time limit "
                 f"and could not be interrupted; this process must be replaced"
             )
-        if self._crashed.is_set():
-            raise RuntimeError(
+        if self._refused is not None or self._crashed.is_set():
+            raise self._refused or RuntimeError(
                 f"worker {self.name}: a thread stopped on an error (logged above)"
             )
         return self.stats
@@ -319,6 +317,9 @@ class Worker:
                 except Exception as exc:
                     # Reclaimed after the visibility timeout; the rows decide.
                     self._in_flight.release(pending)
+                    if once and isinstance(exc, RedisPermissionDenied):
+                        self._refused = exc  # no retry grants a permission
+                        return self.stop()
                     failures += 1
                     self._pause(consumer, exc, failures)
         except BaseException:
@@ -342,7 +343,8 @@ class Worker:
         self._count("errors")
         pause = retry_pause(failures)
         if isinstance(exc, RedisUnavailable | DatabaseError):
-            logger.warning(
+            logger.log(
+                log_level(exc),
                 "worker %s: %s; retrying in %.1f s",
                 consumer,
                 error_text(exc),
