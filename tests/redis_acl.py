@@ -1,5 +1,5 @@
 """The least-privilege Redis ACL of django-delayq, as the Redis reference
-documents it (``docs/reference/redis.md``, block ``redis-acl``): the tests
+documents it (``docs/reference/redis.md``, block ``redis-acl-setuser``): the tests
 run the whole flow under a user made of exactly these words, and check that
 the documented block says the same."""
 

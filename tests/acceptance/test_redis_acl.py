@@ -78,9 +78,9 @@ def denials(admin: redis.Redis) -> list[str]:
 def test_the_documented_acl_is_the_one_tested():
     text = DOCS.read_text()
     block = re.search(
-        r"```\{code-block\} text\n:name: redis-acl\n\n(.*?)```", text, re.S
+        r"```\{code-block\} text\n:name: redis-acl-setuser\n\n(.*?)```", text, re.S
     )
-    assert block is not None, "docs/reference/redis.md lost its redis-acl block"
+    assert block is not None, "docs/reference/redis.md lost its redis-acl-setuser block"
     documented = block[1].split()
     assert documented == ["ACL", "SETUSER", "delayq", *acl_rules("delayq")]
     # Each command is also explained in the list after the block.
