@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +24,7 @@ from django_delayq.models import DelayedTask, OutboxEntry, Status
 from django_delayq.store import connection
 from django_delayq.worker import Worker
 from tests.acceptance.processes import ROOT, Processes
+from tests.acceptance.test_status_processes import probe
 from tests.conftest import delayq_settings
 from tests.redis_acl import COMMANDS, acl_rules, create_user
 from tests.testapp.models import Ledger
@@ -118,7 +117,7 @@ def test_the_whole_flow_runs_under_the_documented_acl(
         ) == {Status.SUCCEEDED}
 
         # The probe a load balancer or process manager runs.
-        wait_for(lambda: status(own)[0] == 0, 45, "delayq_status healthy")
+        wait_for(lambda: probe(own)[0] == 0, 45, "delayq_status healthy")
         # A one-off sweep, and the admin dashboard's reads.
         own.run("delayq_sweep", "--once")
         response = admin_client.get(reverse("admin:django_delayq_dashboard"))
@@ -131,18 +130,6 @@ def test_the_whole_flow_runs_under_the_documented_acl(
     finally:
         own.stop_all()
     assert denials(admin) == []
-
-
-def status(processes: Processes) -> tuple[int, str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "django", "delayq_status"],
-        env=processes.env,
-        cwd=ROOT,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    return done.returncode, done.stdout.decode() + done.stderr.decode()
 
 
 @pytest.mark.parametrize(

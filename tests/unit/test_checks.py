@@ -267,6 +267,11 @@ redis_urls = st.sampled_from(
         f"http://:{SECRET}@127.0.0.1:6379/0",
         f"rediss://:{SECRET}@host:port/0",
         f"redis://:{SECRET}@127.0.0.1:6379/db",
+        f"redis:/:{SECRET}@127.0.0.1:6379/0",
+        f"redis//:{SECRET}@127.0.0.1:6379/0",
+        f" redis://:{SECRET}@127.0.0.1:6379/0",
+        f"redis://127.0.0.1:6379/x?password={SECRET}",
+        f"redis://:{SECRET}@127.0.0.1:6379/0?socket_timeout=abc",
     ]
 )
 delayq_dicts = st.dictionaries(
