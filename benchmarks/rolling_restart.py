@@ -79,11 +79,12 @@ class Processes:
         self._stop(old)
         for number, old in enumerate(list(self.workers)):
             reading = _blocked_readers(self.client)
-            self.workers[number] = self._start("delayq_worker")
+            new = self.workers[number] = self._start("delayq_worker")
             # Blocked in its first read (or busy: the old one reads too).
             self._wait(
-                lambda r=reading: _blocked_readers(self.client) > r
-                or self.workers[number].poll() is not None,
+                lambda r=reading, new=new: (
+                    _blocked_readers(self.client) > r or new.poll() is not None
+                ),
                 "the new worker",
             )
             self._stop(old)
@@ -176,9 +177,10 @@ def main() -> int:
     if args.json:
         print(json.dumps(result))
     else:
+        median = result["p99_added_ms_median"]
         print(
-            f"p99 added by a rolling restart: median {result['p99_added_ms_median']:.1f}"
-            f" ms over {args.runs} runs ({', '.join(f'{a:.1f}' for a in added)})"
+            f"p99 added by a rolling restart: median {median:.1f} ms over "
+            f"{args.runs} runs ({', '.join(f'{a:.1f}' for a in added)})"
         )
     return 0
 

@@ -35,6 +35,7 @@ from .ownership import (
 )
 from .store import index, wake_lists
 from .store.connection import Client, get_client
+from .store.errors import log_level
 from .store.keys import dispatchers_key, handover_key, shard_keys
 from .timing import retry_pause
 from .wakeups import WakeListener
@@ -157,8 +158,11 @@ class Dispatcher:
                         raise  # one pass asked for: say it could not be made
                     failures += 1
                     pause = retry_pause(failures)
-                    logger.warning(
-                        "dispatcher: Redis error (%s); retrying in %.1f s", exc, pause
+                    logger.log(
+                        log_level(exc),
+                        "dispatcher: Redis error (%s); retrying in %.1f s",
+                        exc,
+                        pause,
                     )
                     self._stopping.wait(pause)
                     continue
@@ -226,7 +230,8 @@ class Dispatcher:
             cap = 1.0 if error.unreachable else 30.0
             pause = retry_pause(shard.failures, cap=cap)
             shard.due_at = time.monotonic() + pause
-            logger.warning(
+            logger.log(
+                log_level(error),
                 "dispatcher: shard %s: Redis error (%s); retrying it in %.1f s",
                 shard.label,
                 error,

@@ -112,6 +112,17 @@ class RedisUnavailable(DelayQueueException, redis.RedisError):
         return (type(self), (str(self),), {"unreachable": self.unreachable})
 
 
+class RedisPermissionDenied(RedisUnavailable):
+    """Redis refused a command or a key to django-delayq's ACL user
+    (``NOPERM``): a configuration error, which no retry mends.
+
+    Its message names what was refused (a command, or a key) and what to
+    grant. The looping commands log it as an error and retry, so that an
+    ``ACL SETUSER`` on the server mends them; a one-off pass (``--once``)
+    stops on it.
+    """
+
+
 class TimeLimitExceeded(BaseException):
     """Raised inside a task's function when it runs past its time limit.
 

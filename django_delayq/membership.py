@@ -18,6 +18,7 @@ from .exceptions import RedisUnavailable
 from .ownership import check_prefix_if_reachable
 from .store import leases, streams
 from .store.connection import Client, unblock_reads
+from .store.errors import log_level
 from .store.keys import workers_key
 from .timing import retry_pause
 
@@ -51,7 +52,8 @@ def join(
                 raise
             failures += 1
             pause = retry_pause(failures, base=0.5, cap=10.0)
-            logger.warning(
+            logger.log(
+                log_level(exc),
                 "worker %s: Redis unavailable (%s); retrying in %.0f s",
                 name,
                 exc,
@@ -105,7 +107,13 @@ class Heartbeat:
                 prune=random.random() < 0.1,
             )
         except RedisUnavailable as exc:
-            logger.debug("worker %s: heartbeat not written: %s", self.name, exc)
+            # Unwritten, it lapses: a denial says why the worker looks dead.
+            logger.log(
+                log_level(exc, logging.DEBUG),
+                "worker %s: heartbeat not written: %s",
+                self.name,
+                exc,
+            )
 
     def gone(self, client: Client) -> None:
         try:

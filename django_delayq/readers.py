@@ -34,7 +34,7 @@ from .exceptions import RedisUnavailable
 from .inflight import InFlight
 from .store import streams
 from .store.connection import Client, get_client
-from .store.errors import error_text
+from .store.errors import error_text, log_level
 from .store.keys import BANDS
 from .timing import retry_pause
 
@@ -174,7 +174,8 @@ class StreamReaders:
                 # Capped low: a failing node costs a refused connection a
                 # second, and its shard is read again soon after a failover.
                 pause = retry_pause(failures, cap=1.0)
-                logger.warning(
+                logger.log(
+                    log_level(exc),
                     "worker %s: %s; retrying in %.1f s",
                     consumer,
                     error_text(exc),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 from django.conf import settings as django_settings
 
@@ -21,6 +21,7 @@ from .settings_schema import (
     Problem,
     is_int,
 )
+from .store.urls import client_refusal
 from .text import short_repr
 
 
@@ -87,6 +88,18 @@ def connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:
                     "'#' as %23, '/' as %2F, '?' as %3F, '@' as %40, ':' as %3A.",
                 )
             ]
+        refusal = client_refusal(url)
+        if refusal is not None:
+            return [
+                Problem(
+                    check_ids.REDIS_URL,
+                    f'DELAYQ["REDIS_URL"] {redact_url(url)!r} is refused by '
+                    f"redis-py: {redact_secrets(refusal, url)}.",
+                    "Fix or remove the query argument it names; redis-py reads "
+                    "the ones its ConnectionPool.from_url() documents (db, "
+                    "socket_timeout, ...), each with a value of its type.",
+                )
+            ]
         if cluster:
             return cluster_url_problems(url)
         return []
@@ -115,11 +128,52 @@ def connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:
     return []
 
 
+#: A scheme and its separator as far as someone typed them: ``redis://``,
+#: and its typos ``redis:/``, ``redis:``, ``redis//``, after any blanks.
+_SCHEME_ISH = re.compile(r"\s*[A-Za-z][A-Za-z0-9+.-]*(?::/*|/+)")
+#: A query argument: its name, and its value up to the next one.
+_QUERY_ARGUMENT = re.compile(r"([^?&;#=]*)=([^&;#]*)")
+
+
 def redact_url(url: str) -> str:
-    """``url`` with its credentials (everything between ``//`` and the last
-    ``@``, so also a password whose ``@`` or ``/`` was not encoded) masked,
-    for messages and logs."""
-    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://).*@", r"\1***@", url, flags=re.S)
+    """``url`` with whatever may be a credential masked, for messages and logs.
+
+    Masked: everything between the scheme (or what was typed for one) and
+    the last ``@`` (so also a password whose ``@`` or ``/`` was not
+    encoded, and the forms redis-py accepts or that are typos of them:
+    ``redis:/:pw@host``, ``redis:pw@host``, ``redis//:pw@host``, a leading
+    blank); with no ``@``, a non-numeric "port" (``redis://:pw``); and
+    every ``password=`` query value.
+    """
+    scheme = _SCHEME_ISH.match(url)
+    start = scheme.end() if scheme else 0
+    head, rest = url[:start], url[start:]
+    if "@" in rest:
+        rest = "***" + rest[rest.rindex("@") :]
+    else:
+        authority = re.match(r"[^/?#]*", rest)
+        assert authority is not None  # matches the empty string at least
+        host, colon, port = authority.group().partition(":")
+        if colon and not port.isdigit():
+            rest = f"{host}:***{rest[authority.end() :]}"
+    return _QUERY_ARGUMENT.sub(_masked_password, head + rest)
+
+
+def _masked_password(argument: re.Match[str]) -> str:
+    # Compared decoded, as redis-py reads ``?pass%77ord=`` as a password too.
+    if unquote_plus(argument[1]).strip().lower() == "password":
+        return f"{argument[1]}=***"
+    return argument[0]
+
+
+def redact_secrets(text: str, url: str) -> str:
+    """``text`` (a library's error about ``url``) without the URL's user
+    name and password, should it quote them."""
+    parts = urlsplit(url)
+    for secret in (parts.password, parts.username):
+        if secret:
+            text = text.replace(secret, "***").replace(unquote(secret), "***")
+    return text
 
 
 def url_problem(url: str) -> str | None:
@@ -130,6 +184,8 @@ def url_problem(url: str) -> str | None:
     then reads as a path, a query or a fragment, and the client would
     connect somewhere else, or print the password in its error.
     """
+    if url != url.strip():
+        return "it starts or ends with a blank (a space, a tab, a new line)"
     parts = urlsplit(url)
     if parts.fragment or url.endswith("#"):
         return "it has a '#' part, which no Redis URL has"

@@ -53,7 +53,7 @@ from .ownership import check_prefix_if_reachable
 from .shard_repair import repair_shard
 from .store import leases
 from .store.connection import Client, get_client
-from .store.errors import error_text
+from .store.errors import error_text, log_level
 from .store.keys import sweeper_lock_key, sweepers_key
 from .sweep_result import SweepResult
 
@@ -139,7 +139,8 @@ class Sweeper:
                 if once:
                     raise
                 failed += 1
-                logger.warning(
+                logger.log(
+                    log_level(exc),
                     "sweep: %s; trying again in %.0f s",
                     error_text(exc),
                     interval,

@@ -30,6 +30,7 @@ from .exceptions import RedisUnavailable
 from .leases import Shard
 from .store import wake_lists
 from .store.connection import BLOCK_SECONDS, Client, get_client
+from .store.errors import log_level
 from .timing import retry_pause
 
 logger = logging.getLogger(__name__)
@@ -195,5 +196,7 @@ class _Group:
                 failures = 0
             except RedisUnavailable as exc:
                 failures += 1
-                logger.debug("dispatcher listener: %s", exc)
+                logger.log(
+                    log_level(exc, logging.DEBUG), "dispatcher listener: %s", exc
+                )
                 listener.stopping.wait(retry_pause(failures))

@@ -1,16 +1,13 @@
 """The worker: reads the ready streams and runs the tasks they name.
 
 One :class:`Worker` per ``delayq_worker`` process, with ``concurrency``
-threads. Each thread is a consumer of every shard's group: it takes a batch
-of entries (from the worker's backlog, or with a blocking ``XREADGROUP``: no
-polling, and a read returns as soon as one entry is there) and hands it to
-:class:`~django_delayq.batch.Batch`, which claims, runs and records the
-tasks in groups. An entry is acknowledged and deleted only after its task's
-outcome is committed; if the worker dies first, the entry stays pending and
-another worker reclaims it with ``XAUTOCLAIM`` once it has been idle for
-``VISIBILITY_TIMEOUT`` (:mod:`django_delayq.reclaim`). The main thread
-heartbeats the entries in flight (:mod:`django_delayq.inflight`) so the
-tasks of a live worker never look idle.
+threads, each a consumer of every shard's group, taking batches of entries
+(from the backlog, or with a blocking ``XREADGROUP``, which returns as soon
+as one entry is there) for :class:`~django_delayq.batch.Batch` to claim,
+run and record in groups. An entry is acknowledged and deleted once its
+task's outcome is committed; if the worker dies first, another reclaims it
+when idle for ``VISIBILITY_TIMEOUT`` (:mod:`django_delayq.reclaim`), so the
+main thread heartbeats the entries in flight (:mod:`django_delayq.inflight`).
 """
 
 from __future__ import annotations
@@ -40,7 +37,7 @@ from .readers import StreamReaders, read_now
 from .reclaim import Reclaimer
 from .store import streams
 from .store.connection import Client, get_client
-from .store.errors import error_text
+from .store.errors import error_text, log_level
 from .store.keys import shard_keys
 from .stuck import give_up
 from .time_limits import DEFAULT_GRACE, Watchdog
@@ -347,8 +344,10 @@ class Worker:
         self._count("errors")
         pause = retry_pause(failures)
         if isinstance(exc, RedisUnavailable | DatabaseError):
-            text = error_text(exc)
-            logger.warning("worker %s: %s; retrying in %.1f s", consumer, text, pause)
+            text, level = error_text(exc), log_level(exc)
+            logger.log(
+                level, "worker %s: %s; retrying in %.1f s", consumer, text, pause
+            )
         else:
             logger.error(
                 "worker %s: unexpected error; carrying on", consumer, exc_info=exc

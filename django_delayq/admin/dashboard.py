@@ -3,7 +3,8 @@
 The database figures always show. Redis is read in three round trips (the
 shards, the workers' heartbeats, the activity counters), each with the
 short ``REDIS_TIMEOUT`` of the scheduling path; when it fails or times out
-the page says so in a banner and shows the database side only.
+the page says so in a banner and shows the database side only. With
+``DELAYQ`` invalid, the page shows the settings check's message instead.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from ..conf import get_settings
-from ..exceptions import RedisUnavailable
+from ..exceptions import InvalidConfiguration, RedisUnavailable
 from ..models import Status
 from ..store import activity, stats
 from ..store.connection import get_client
@@ -79,6 +80,26 @@ def render(
 ) -> TemplateResponse:
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
+    try:
+        get_settings()
+    except InvalidConfiguration as exc:
+        # Said on the page, not as a server error: its message is the
+        # settings check's (credentials masked) and says how to fix it.
+        return TemplateResponse(
+            request,
+            "admin/django_delayq/dashboard_unconfigured.html",
+            {
+                **model_admin.admin_site.each_context(request),
+                "title": _("Delayed tasks dashboard"),
+                "opts": model_admin.opts,
+                "error": str(exc),
+                **display.breadcrumbs(
+                    model_admin.opts,
+                    model_admin.admin_site.name,
+                    (None, _("Dashboard")),
+                ),
+            },
+        )
     now = timezone.now()
     db = figures.read(now)
     live = read_redis(now)

@@ -22,14 +22,27 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any, ParamSpec, TypeVar
 
 import redis
 
-from ..exceptions import RedisUnavailable
+from ..exceptions import RedisPermissionDenied, RedisUnavailable
 
-__all__ = ["RedisUnavailable", "error_text", "translated"]
+__all__ = [
+    "RedisPermissionDenied",
+    "RedisUnavailable",
+    "error_text",
+    "log_level",
+    "translated",
+]
+
+#: What an ACL denial is followed by, so the log says what to do about it.
+GRANT_HINT = (
+    "grant it to the Redis ACL user (the ACL django-delayq needs is in its "
+    "Redis reference, docs/reference/redis.md)"
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -62,8 +75,19 @@ def _translating() -> Iterator[None]:
         yield
     except RedisUnavailable:
         raise
+    except redis.exceptions.NoPermissionError as exc:
+        raise RedisPermissionDenied(
+            f"{type(exc).__name__}: {exc}; {GRANT_HINT}"
+        ) from exc
     except (redis.RedisError, OSError) as exc:
         raise RedisUnavailable(exc) from exc
+
+
+def log_level(exc: BaseException, usual: int = logging.WARNING) -> int:
+    """How loudly a loop logs ``exc`` before it retries: at ``usual``, but an
+    ACL denial, a configuration error rather than a passing outage, always
+    as an error."""
+    return logging.ERROR if isinstance(exc, RedisPermissionDenied) else usual
 
 
 def error_text(exc: BaseException) -> str:

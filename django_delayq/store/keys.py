@@ -101,12 +101,8 @@ def dispatchers_key(prefix: str, queues: list[str]) -> str:
 
 def handover_key(members_key: str) -> str:
     """The LIST a stopping dispatcher pushes to when it hands its shards
-    back, which the other dispatchers of the same queues block on.
-
-    The members key (which has no braces) is its hash tag: both live in one
-    Redis Cluster slot, so leaving and handing over is one round trip.
-    """
-    return f"{{{members_key}}}:handover"
+    back, which the other dispatchers of the same queues block on."""
+    return f"{members_key}:handover"
 
 
 #: The bands, highest first: the byte a member carries for each (none for

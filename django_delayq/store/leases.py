@@ -3,7 +3,7 @@
 The dispatchers hold one lease per shard (only the holder moves the shard's
 due ids, fenced again inside ``move.lua``) and count each other in a
 heartbeat sorted set; the sweepers share one lease so that one sweeps at a
-time. Every call touches one slot of a Redis Cluster.
+time. Every call touches one key, so one slot of a Redis Cluster.
 """
 
 from __future__ import annotations
@@ -88,11 +88,28 @@ def leave(client: redis.Redis, members_key: str, token: str) -> None:
 
 @translated
 def hand_over(client: redis.Redis, members_key: str, token: str, handover: str) -> int:
-    """:func:`leave`, and wake every other dispatcher blocked on the
-    ``handover`` list (``handover.lua``); how many pushes that took."""
-    script = scripts.load("handover")
-    args = (token, HANDOVER_KEPT, HANDOVER_TTL_MS)
-    return int(script(client, (members_key, handover), args))
+    """:func:`leave`, then wake every other dispatcher blocked on the
+    ``handover`` list; how many pushes that took.
+
+    One push per member left, plus one for the caller's own listener, which
+    may still be blocked on the list (``BLPOP`` serves the longest-blocked
+    client first). Expired members still in the set count too: a push
+    nobody takes expires with the list, and a dispatcher that blocks later
+    takes it and looks at the leases once more, which costs nothing. Two
+    round trips, each on one key (one slot of a Redis Cluster): a stop is
+    rare.
+    """
+    pipe = client.pipeline(transaction=False)
+    pipe.zrem(members_key, token)
+    pipe.zcard(members_key)
+    _, others = pipe.execute()
+    pushes = min(int(others) + 1, HANDOVER_KEPT)
+    pipe = client.pipeline(transaction=False)
+    pipe.lpush(handover, *["1"] * pushes)
+    pipe.ltrim(handover, 0, HANDOVER_KEPT - 1)
+    pipe.pexpire(handover, HANDOVER_TTL_MS)
+    pipe.execute()
+    return pushes
 
 
 #: Pushes a handover list keeps at most, and how long it lives unread.

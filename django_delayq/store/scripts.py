@@ -1,16 +1,19 @@
 """Lua scripts, kept as ``lua/<name>.lua`` files and loaded by name.
 
-A script is sent with ``EVALSHA``; the first call on a connection pool that
-finds it missing (``NOSCRIPT``: a new or restarted Redis) loads it with
-``SCRIPT LOAD`` and retries once. Unlike redis-py's ``Script`` inside a
-pipeline, this never spends an extra ``SCRIPT EXISTS`` round trip.
+A script is sent with ``EVALSHA``; a call that finds it missing
+(``NOSCRIPT``: a new or restarted Redis) sends it again with its source
+(``EVAL``, which caches it on the server), once. Unlike redis-py's
+``Script`` inside a pipeline, this never spends an extra ``SCRIPT EXISTS``
+round trip, and needs no ``SCRIPT`` command.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
 from importlib import resources
 from typing import Any
 
@@ -22,23 +25,57 @@ KeyT = str | bytes
 ArgT = str | bytes | int | float
 
 
+#: How Redis 7.0 refuses a command a script calls: without the
+#: NOPERM code or the command's name, but with the script and the line.
+_SCRIPT_DENIAL = re.compile(
+    r"can't run this command or subcommand script: (?P<sha>[0-9a-f]{40}), "
+    r"on @user_script:(?P<line>\d+)"
+)
+_CALL = re.compile(r"redis\.p?call\(\s*'(?P<command>[A-Za-z]+)'")
+_by_sha: dict[str, LuaScript] = {}
+
+
 class LuaScript:
     def __init__(self, name: str, source: str) -> None:
         self.name = name
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
+        _by_sha[self.sha] = self
 
     @translated
     def __call__(
         self, client: redis.Redis, keys: Sequence[KeyT], args: Sequence[ArgT]
     ) -> Any:
-        try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
-        except redis.exceptions.NoScriptError:
-            # EVAL, not SCRIPT LOAD: it goes to the node serving the keys
-            # and caches the script there, while a cluster client sends
-            # SCRIPT LOAD to every primary, and fails if one is down.
-            return client.eval(self.source, len(keys), *keys, *args)
+        with _denials_named():
+            try:
+                return client.evalsha(self.sha, len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:
+                # EVAL, not SCRIPT LOAD: it goes to the node serving the keys
+                # and caches the script there, while a cluster client sends
+                # SCRIPT LOAD to every primary, and fails if one is down.
+                return client.eval(self.source, len(keys), *keys, *args)
+
+
+@contextlib.contextmanager
+def _denials_named() -> Iterator[None]:
+    """Raise a command a script may not call as ``NOPERM`` naming the
+    command, the script and the line, which the ACL user is to be granted."""
+    try:
+        yield
+    except redis.ResponseError as exc:
+        match = _SCRIPT_DENIAL.search(str(exc))
+        script = _by_sha.get(match["sha"]) if match else None
+        if match is None or script is None:
+            raise
+        line = int(match["line"])
+        # A call may open on that line and name its command on the next.
+        around = "\n".join(script.source.splitlines()[line - 1 : line + 1])
+        called = _CALL.search(around)
+        command = called["command"].lower() if called else "a command it calls"
+        raise redis.exceptions.NoPermissionError(
+            f"this user has no permissions to run the '{command}' command "
+            f"(called by {script.name}.lua, line {line})"
+        ) from exc
 
 
 #: One script call: the script, its keys, its arguments.
@@ -69,10 +106,11 @@ def run_many(client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
         replies: list[Any] = pipe.execute()
         return replies
 
-    try:
-        return send(by_source=False)
-    except redis.exceptions.NoScriptError:
-        return send(by_source=True)
+    with _denials_named():
+        try:
+            return send(by_source=False)
+        except redis.exceptions.NoScriptError:
+            return send(by_source=True)
 
 
 @functools.cache

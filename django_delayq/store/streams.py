@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from ..exceptions import RedisUnavailable
+from ..exceptions import RedisPermissionDenied, RedisUnavailable
 from . import activity, scripts
 from .broken import is_wrong_type, keys_of_type, report_wrong_type
 from .errors import translated
@@ -124,7 +124,11 @@ def read_bands(
         else:
             replies = scripts.run_many(client, calls)
     except RedisUnavailable as exc:
-        if not isinstance(exc.__cause__, redis.ResponseError):
+        # A refused command is no broken key: reading another way would
+        # hide what the ACL user lacks.
+        if not isinstance(exc.__cause__, redis.ResponseError) or isinstance(
+            exc, RedisPermissionDenied
+        ):
             raise
         every = [stream for bands in shards for stream in bands]
         return by_band(read(client, consumer, every, count=count, block_ms=None))

@@ -311,3 +311,21 @@ def test_a_workers_shards_are_those_of_the_queues_it_reads(admin_client, redis_c
     # name, threads, shards, tasks in hand
     assert re.search(r"web-3:99:feed01 1 5 1 ", workers)
     assert re.search(r"web-4:5:cafe02 0 1 0 nothing yet", workers)
+
+
+def test_a_redis_url_redis_py_refuses_is_explained_not_a_server_error(
+    admin_client, settings, redis_server, caplog
+):
+    secret = "pw-s3cr3t"
+    url = f"redis://:{secret}@127.0.0.1:{redis_server.port}/0?socket_timeout=abc"
+    settings.DELAYQ = {"REDIS_URL": url}
+    response = admin_client.get(reverse(DASHBOARD))
+    assert response.status_code == 200
+    shown = text(response)
+    assert "The DELAYQ setting is invalid" in shown
+    assert "refused by redis-py: ValueError: Invalid value for 'socket_timeout'" in (
+        shown
+    )
+    assert "(delayq.E003)" in shown
+    assert secret not in response.content.decode()
+    assert secret not in caplog.text

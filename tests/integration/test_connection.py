@@ -14,7 +14,8 @@ from django.core.management import CommandError, call_command
 from django.db import transaction
 
 from django_delayq import schedule
-from django_delayq.models import OutboxEntry
+from django_delayq.exceptions import InvalidConfiguration
+from django_delayq.models import DelayedTask, OutboxEntry
 from django_delayq.store import connection
 from django_delayq.store.connection import get_client
 from django_delayq.worker import READ_BLOCK_MS, Worker
@@ -193,3 +194,25 @@ def test_a_worker_whose_acl_denies_client_list_still_stops(settings, password_re
     runner.join(timeout=READ_BLOCK_MS / 1000 + 5)
     assert not runner.is_alive()
     assert worker.stats.errors == 0
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://:{secret}@127.0.0.1:{port}/0?socket_timeout=abc",
+        " redis://:{secret}@127.0.0.1:{port}/0",
+        "redis:/:{secret}@127.0.0.1:{port}/0",
+        "redis://127.0.0.1:{port}/0?password={secret}&health_check_interval=x",
+    ],
+)
+def test_schedule_refuses_a_redis_url_redis_py_refuses_without_its_password(
+    settings, redis_server, url, caplog
+):
+    secret = "pw-s3cr3t"
+    settings.DELAYQ = delayq_settings(url.format(secret=secret, port=redis_server.port))
+    with pytest.raises(InvalidConfiguration, match=r"\(delayq\.E003\)$") as refused:
+        schedule(add, args=[1, 2], delay=30)
+    assert secret not in str(refused.value)
+    assert secret not in caplog.text
+    assert not DelayedTask.objects.exists()
+    assert not OutboxEntry.objects.exists()

@@ -267,6 +267,11 @@ redis_urls = st.sampled_from(
         f"http://:{SECRET}@127.0.0.1:6379/0",
         f"rediss://:{SECRET}@host:port/0",
         f"redis://:{SECRET}@127.0.0.1:6379/db",
+        f"redis:/:{SECRET}@127.0.0.1:6379/0",
+        f"redis//:{SECRET}@127.0.0.1:6379/0",
+        f" redis://:{SECRET}@127.0.0.1:6379/0",
+        f"redis://127.0.0.1:6379/x?password={SECRET}",
+        f"redis://:{SECRET}@127.0.0.1:6379/0?socket_timeout=abc",
     ]
 )
 delayq_dicts = st.dictionaries(
@@ -294,3 +299,52 @@ def test_any_delayq_value_gets_check_ids_and_never_shows_the_password(raw):
         assert str(refused.value).endswith(f"({errors[0].id})")
     else:
         parse(raw)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"redis//:{SECRET}@10.0.0.1:6379/0",  # "redis:" without its colon
+        f"redis:/:{SECRET}@10.0.0.1:6379/0",  # one slash
+        f"redis:{SECRET}@10.0.0.1:6379/0",  # no slash
+        f" redis://:{SECRET}@10.0.0.1:6379/0",  # a leading blank
+        f"redis://:{SECRET}@10.0.0.1:6379/0\n",  # a trailing new line
+        f"redis://10.0.0.1:6379/zero?password={SECRET}",  # in the query
+        f"redis://10.0.0.1:6379/0?pass%77ord={SECRET}&socket_timeout=abc",
+        f"redis://:{SECRET}",  # no host: the password reads as a port
+    ],
+)
+def test_a_redis_url_typo_is_refused_without_printing_its_password(
+    settings, url, caplog
+):
+    settings.DELAYQ = {"REDIS_URL": url}
+    [problem] = check_settings()
+    assert problem.id == "delayq.E003"
+    assert SECRET not in f"{problem.msg} {problem.hint}"
+    assert "***" in problem.msg
+    with pytest.raises(InvalidConfiguration) as refused:
+        get_settings()
+    assert SECRET not in str(refused.value)
+    assert SECRET not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        ("socket_timeout=abc", "Invalid value for 'socket_timeout'"),
+        ("health_check_interval=soon", "Invalid value for 'health_check_interval'"),
+        ("sockettimeout=1", "unexpected keyword argument 'sockettimeout'"),
+    ],
+)
+def test_a_redis_url_that_redis_py_refuses_fails_the_check(settings, query, says):
+    settings.DELAYQ = {"REDIS_URL": f"redis://:{SECRET}@10.0.0.1:6379/0?{query}"}
+    [problem] = check_settings()
+    assert problem.id == "delayq.E003"
+    assert "refused by redis-py" in problem.msg
+    assert says in problem.msg
+    assert SECRET not in f"{problem.msg} {problem.hint}"
+
+
+def test_query_arguments_redis_py_reads_pass(settings):
+    url = f"redis://10.0.0.1:6379/0?socket_timeout=0.5&password={SECRET}&db=2"
+    assert ids(settings, {"REDIS_URL": url}) == []
