@@ -52,6 +52,7 @@ FULL = Plan(
     direct_calls=20_000,
     throughput_tasks=10_000,
     throughput_kinds=("noop", "write_row"),
+    rolling=(100, 20.0, 3),
 )
 QUICK = Plan(
     schedule_single=200,
@@ -73,6 +74,7 @@ QUICK = Plan(
     throughput_tasks=500,
     # The kind the target is about; a worker start-up costs ~20 s here.
     throughput_kinds=("write_row",),
+    rolling=(100, 4.0, 1),
 )
 # The quick run (CI) measures one PostgreSQL peer, procrastinate, whose
 # Django integration takes the most machinery to keep working; all three
@@ -193,6 +195,22 @@ def measure(plan: Plan, *, peers: Sequence[str], quick: bool) -> dict[str, Any]:
                 }
             )
         _throughput(env, plan, results)
+        rate, window, runs = plan.rolling
+        _say(f"rolling restart: {rate} tasks/s over {window:g} s, {runs} run(s)")
+        results["rolling_restart"] = _child(
+            env,
+            "benchmarks.rolling_restart",
+            "--db",
+            "postgres",
+            "--rate",
+            str(rate),
+            "--window",
+            str(window),
+            "--runs",
+            str(runs),
+            "--json",
+            timeout=1800,
+        )
         _say("footprint and growth: " + ", ".join(f"{s:,}" for s in plan.sizes))
         results["footprint"] = _child(
             env,

@@ -36,6 +36,7 @@ class Plan:
     direct_calls: int  # calls of each task function in the no-queue baseline
     throughput_tasks: int  # tasks all due at once, per task kind
     throughput_kinds: tuple[str, ...]  # task kinds measured end to end
+    rolling: tuple[int, float, int]  # tasks per second, seconds, runs
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -297,6 +298,37 @@ def _cluster(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def _rolling_restart(results: dict[str, Any]) -> list[str]:
+    run = results.get("rolling_restart")
+    if not run:
+        return []
+    rows = [
+        f"| {n} | {_num(r['steady']['p99_ms'], 1)} | {_num(r['rolling']['p99_ms'], 1)} "
+        f"| {_num(r['rolling']['max_ms'], 1)} | {r['rolling']['restart_s']:.1f} |"
+        for n, r in enumerate(run["runs"], 1)
+    ]
+    added = ", ".join(f"{a:+.1f}" for a in run["p99_added_ms"])
+    return [
+        "## A rolling restart under a steady load (PostgreSQL)",
+        "",
+        f"`python -m benchmarks.rolling_restart`: {run['rate']} one-row tasks a "
+        f"second over {run['window_s']:g} s, one dispatcher and {run['workers']} "
+        "worker processes; in each run the same load once with nothing "
+        "restarting (steady) and once with every process replaced one by one a "
+        "quarter into the window (rolling: a new dispatcher starts, the old one "
+        "gets SIGTERM; then each worker the same way). Lateness to the task's "
+        "start over every task.",
+        "",
+        "| run | steady p99, ms | rolling p99, ms | rolling max, ms | restart, s |",
+        "|---:|---:|---:|---:|---:|",
+        *rows,
+        "",
+        f"p99 added by the restart: median {run['p99_added_ms_median']:+.1f} ms "
+        f"({added}).",
+        "",
+    ]
+
+
 def _peers(results: dict[str, Any]) -> list[str]:
     peers = results.get("peers")
     if not peers:
@@ -529,6 +561,7 @@ def render(results: dict[str, Any]) -> str:
         *_throughput(results),
         *_footprint(results),
         *_cluster(results),
+        *_rolling_restart(results),
         *_peers(results),
         *_limits(),
     ]
