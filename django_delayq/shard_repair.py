@@ -21,7 +21,7 @@ from .models import DelayedTask, OutboxEntry, Status
 from .outbox import entry_of, index_after_commit
 from .store import broken, index, inspect
 from .store.connection import Client
-from .store.keys import band_of, encode_member, shard_keys
+from .store.keys import ShardKeys, encode_member, shard_keys
 from .sweep_result import SweepResult
 from .timing import to_score
 
@@ -50,31 +50,28 @@ def repair_shard(
     result.replaced += broken.replace_wrong_types(
         client,
         {
-            keys.due: "zset",
+            **{due: "zset" for due in keys.due_bands},
             **{stream: "stream" for stream in keys.ready_bands},
             keys.wake: "list",
             keys.dead: "stream",
         },
     )
-    scores = inspect.due_scores(client, keys.due, [row.pk for row in rows])
+    scores = inspect.due_scores(client, keys, [row.pk for row in rows])
     # An id in any band's stream is on its way to a worker: indexing it
     # again would run it twice.
     in_stream = inspect.stream_task_ids(client, keys.ready_bands)
     lost = [row for row in rows if not scores[row.pk] and row.pk not in in_stream]
-    wrong = [row for row in rows if scores[row.pk] and _misplaced(row, scores[row.pk])]
+    wrong = [
+        row for row in rows if scores[row.pk] and _misplaced(keys, row, scores[row.pk])
+    ]
     unchanged = _unchanged(db, lost + wrong)
     lost = [row for row in lost if row.pk in unchanged]
     wrong = [row for row in wrong if row.pk in unchanged]
     if lost or wrong:
-        strays = [
-            encode_member(row.pk, band)
-            for row in wrong
-            for band in scores[row.pk]
-            if band != band_of(row.priority)
-        ]
         # Removed before the right member is added: never both, and a
         # crash in between leaves a lost task, which the next pass finds.
-        index.remove_members(client, keys.due, strays)
+        for due, strays in _strays(keys, wrong, scores).items():
+            index.remove_members(client, due, strays)
         index.add([entry_of(row) for row in lost + wrong], client)
         result.reindexed += len(lost)
         result.corrected += len(wrong)
@@ -82,16 +79,38 @@ def repair_shard(
             result.oldest_lost = lost[0].run_at
         for row in lost:
             logger.debug("sweep: task %s was missing from Redis; indexed again", row.pk)
-    result.removed += _remove_ghosts(db, client, keys.due, queue, shard, horizon)
+    for due in keys.due_bands:
+        result.removed += _remove_ghosts(db, client, due, queue, shard, horizon)
     for row in running:
         if row.pk not in in_stream:
             _recover(db, row, now, result)
 
 
-def _misplaced(row: DelayedTask, scores: dict[bytes, int]) -> bool:
-    """Whether a row's members are not exactly one, of its band, at its due
-    time: a wrong score or a wrong band is repaired alike."""
-    return scores != {band_of(row.priority): to_score(row.run_at)}
+def _misplaced(
+    keys: ShardKeys, row: DelayedTask, scores: dict[inspect.Place, int]
+) -> bool:
+    """Whether a row's members are not exactly one, its id in its band's
+    due-set, at its due time: a wrong score, a wrong band or a legacy member
+    (see :mod:`~.store.keys`) is repaired alike."""
+    return scores != {_place(keys, row): to_score(row.run_at)}
+
+
+def _place(keys: ShardKeys, row: DelayedTask) -> inspect.Place:
+    return keys.due_of(row.priority), encode_member(row.pk)
+
+
+def _strays(
+    keys: ShardKeys,
+    rows: list[DelayedTask],
+    scores: dict[uuid.UUID, dict[inspect.Place, int]],
+) -> dict[str, list[bytes]]:
+    """The members of ``rows`` other than their right one, by due-set."""
+    strays: dict[str, list[bytes]] = {}
+    for row in rows:
+        for due, member in scores[row.pk]:
+            if (due, member) != _place(keys, row):
+                strays.setdefault(due, []).append(member)
+    return strays
 
 
 def _unchanged(db: str, rows: list[DelayedTask]) -> set[uuid.UUID]:

@@ -7,27 +7,27 @@ import uuid
 import redis
 
 from django_delayq.models import DelayedTask
-from django_delayq.store.keys import band_of, decode_member, encode_member, shard_keys
+from django_delayq.store.keys import decode_member, shard_keys
 from django_delayq.timing import to_score
 
 
-def due_key(queue: str = "default", shard: int = 0) -> str:
-    return shard_keys("delayq", queue, shard).due
+def due_key(queue: str = "default", shard: int = 0, priority: int = 0) -> str:
+    """The due-set of a shard's band: the band of ``priority``."""
+    return shard_keys("delayq", queue, shard).due_of(priority)
 
 
 def due_members(client: redis.Redis) -> dict[uuid.UUID, int]:
-    """Every member of every due-set, as task id -> score."""
+    """Every member of every due-set (every band's), as task id -> score."""
     members: dict[uuid.UUID, int] = {}
-    for key in client.scan_iter(match="delayq:*:due"):
+    for key in client.scan_iter(match="delayq:*:due*"):
         for member, score in client.zrange(key, 0, -1, withscores=True):
             members[decode_member(member)] = int(score)
     return members
 
 
 def indexed_score(client: redis.Redis, task: DelayedTask) -> int | None:
-    """The task's score in its own shard's due-set, or None."""
-    member = encode_member(task.pk, band_of(task.priority))
-    score = client.zscore(due_key(task.queue, task.shard), member)
+    """The task's score in its own shard's due-set of its band, or None."""
+    score = client.zscore(due_key(task.queue, task.shard, task.priority), task.pk.bytes)
     return None if score is None else int(score)
 
 

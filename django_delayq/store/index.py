@@ -15,7 +15,7 @@ from ..exceptions import RedisUnavailable
 from . import scripts
 from .broken import report_wrong_type, wrong_types
 from .errors import translated
-from .keys import ShardKeys, all_members, band_of, encode_member, shard_keys
+from .keys import BANDS, ShardKeys, band_of, encode_member, shard_keys
 
 #: Members per script call: bounded so ``unpack()`` in Lua stays far from its
 #: stack limit and one call never blocks Redis for long.
@@ -32,7 +32,8 @@ class IndexEntry(NamedTuple):
 
 @translated
 def add(entries: Iterable[IndexEntry], client: redis.Redis) -> None:
-    """Add (or move) entries in their due-sets, in one round trip.
+    """Add (or move) entries in their due-sets (each its band's), in one
+    round trip.
 
     Each shard's dispatcher is woken if one of its new entries is its earliest.
     """
@@ -44,9 +45,10 @@ def add(entries: Iterable[IndexEntry], client: redis.Redis) -> None:
         for start in range(0, len(group), CHUNK):
             argv: list[scripts.ArgT] = []
             for entry in group[start : start + CHUNK]:
-                member = encode_member(entry.task_id, band_of(entry.priority))
-                argv += (entry.score, member)
-            calls.append(((keys.due, keys.wake), argv))
+                # The index of the entry's due-set among the script's KEYS.
+                band = BANDS.index(band_of(entry.priority)) + 1
+                argv += (band, entry.score, encode_member(entry.task_id))
+            calls.append(((*keys.due_bands, keys.wake), argv))
     if len(calls) == 1:
         add_script(client, *calls[0])
     elif calls:
@@ -58,9 +60,10 @@ def remove(entries: Iterable[IndexEntry], client: redis.Redis) -> None:
     """Remove entries from their due-sets, in one round trip.
 
     An entry already moved to a ready stream stays there; the worker skips it
-    because the row says it is no longer scheduled. Each task's member is
-    removed in every band: the caller needs no priority (an outbox entry has
-    none), and a stray member of a wrong band goes too.
+    because the row says it is no longer scheduled. Each task is removed from
+    every band's due-set, under every member it may have there
+    (:meth:`~.keys.ShardKeys.places`): the caller needs no priority (an
+    outbox entry has none), and a stray of a wrong band goes too.
     """
     prefix = get_settings().key_prefix
     groups = _by_shard(entries)
@@ -68,11 +71,14 @@ def remove(entries: Iterable[IndexEntry], client: redis.Redis) -> None:
         return
     pipe = client.pipeline(transaction=False)
     for (queue, shard), group in groups.items():
-        members = [m for entry in group for m in all_members(entry.task_id)]
-        for start in range(0, len(members), CHUNK):
-            pipe.zrem(
-                shard_keys(prefix, queue, shard).due, *members[start : start + CHUNK]
-            )
+        keys = shard_keys(prefix, queue, shard)
+        by_key: dict[str, list[bytes]] = defaultdict(list)
+        for entry in group:
+            for key, member in keys.places(entry.task_id):
+                by_key[key].append(member)
+        for key, members in by_key.items():
+            for start in range(0, len(members), CHUNK):
+                pipe.zrem(key, *members[start : start + CHUNK])
     pipe.execute()
 
 
@@ -85,10 +91,10 @@ def remove_members(client: redis.Redis, due: str, members: Sequence[bytes]) -> i
 class Moved(NamedTuple):
     """What one ``move.lua`` call did on a shard."""
 
-    #: due ids moved to the ready stream; -1 if the caller's lease is gone
+    #: due ids moved to the ready streams; -1 if the caller's lease is gone
     moved: int
     #: due time of the shard's earliest remaining task, epoch milliseconds
-    #: on Redis' clock; -1 if the due-set is empty
+    #: on Redis' clock; -1 if the due-sets are empty
     head: int
     #: Redis' clock when it moved them, epoch milliseconds and the
     #: microseconds past the millisecond
@@ -98,19 +104,17 @@ class Moved(NamedTuple):
 
 @translated
 def move_due(client: redis.Redis, keys: ShardKeys, token: str, limit: int) -> Moved:
-    """Move up to ``limit`` ids due by Redis' clock from the shard's due-set
-    to its ready stream, if ``token`` holds the shard's lease (atomically:
-    see ``lua/move.lua``)."""
+    """Move up to ``limit`` ids due by Redis' clock from the shard's due-sets
+    to its ready streams, each band's to its own, if ``token`` holds the
+    shard's lease (atomically: see ``lua/move.lua``)."""
     try:
         moved, head, redis_ms, redis_us = scripts.load("move")(
-            client,
-            (keys.due, keys.ready, keys.lease, keys.ready_hi, keys.ready_lo),
-            (token, limit),
+            client, (*keys.due_bands, *keys.ready_bands, keys.lease), (token, limit)
         )
     except RedisUnavailable as exc:  # scripts raise it already
         if "WRONGTYPE" in str(exc):
             # Say which key, which the script's error does not.
-            expected = {keys.due: "zset"}
+            expected = {due: "zset" for due in keys.due_bands}
             expected.update({stream: "stream" for stream in keys.ready_bands})
             for key, found in wrong_types(client, expected).items():
                 report_wrong_type(key, f"a {expected[key]}", f"a {found}")

@@ -10,29 +10,42 @@ from typing import Any
 import redis
 
 from .errors import translated
-from .keys import BANDS, all_members, decode_member
+from .keys import ShardKeys, decode_member
 
 PAGE = 1000
 
 
+#: Where a task is indexed: a due-set, and its member there.
+Place = tuple[str, bytes]
+
+
 @translated
 def due_scores(
-    client: redis.Redis, due: str, task_ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, dict[bytes, int]]:
-    """Each id's members in the due-set, in any band: band -> score (empty
-    if absent); one ZMSCORE per page."""
-    found: dict[uuid.UUID, dict[bytes, int]] = {}
+    client: redis.Redis, keys: ShardKeys, task_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, dict[Place, int]]:
+    """Each id's members in the shard's due-sets, wherever a task may be
+    indexed (:meth:`~.keys.ShardKeys.places`): place -> score (empty if
+    absent); one ZMSCORE per due-set and page, in one round trip a page."""
+    found: dict[uuid.UUID, dict[Place, int]] = {}
     for start in range(0, len(task_ids), PAGE):
         page = task_ids[start : start + PAGE]
-        members: list[Any] = [m for t in page for m in all_members(t)]
-        scores: Any = client.zmscore(due, members)
-        for number, task_id in enumerate(page):
-            each = scores[number * len(BANDS) : (number + 1) * len(BANDS)]
-            found[task_id] = {
-                band: int(score)
-                for band, score in zip(BANDS, each, strict=True)
-                if score is not None
-            }
+        places = [
+            (task_id, place) for task_id in page for place in keys.places(task_id)
+        ]
+        by_key: dict[str, list[tuple[uuid.UUID, bytes]]] = {}
+        for task_id, (key, member) in places:
+            by_key.setdefault(key, []).append((task_id, member))
+        pipe = client.pipeline(transaction=False)
+        for key, members in by_key.items():
+            named: list[Any] = [member for _, member in members]
+            pipe.zmscore(key, named)
+        replies: list[Any] = pipe.execute()
+        for task_id in page:
+            found[task_id] = {}
+        for (key, members), scores in zip(by_key.items(), replies, strict=True):
+            for (task_id, member), score in zip(members, scores, strict=True):
+                if score is not None:
+                    found[task_id][key, member] = int(score)
     return found
 
 

@@ -3,7 +3,9 @@
 Layout, per queue and shard (``{queue:shard}`` is a Redis Cluster hash tag, so
 every key of one shard lives in one slot and each Lua script touches one slot)::
 
-    <prefix>:{<queue>:<shard>}:due       ZSET    member: id (+ band), score: run_at ms
+    <prefix>:{<queue>:<shard>}:due:hi    ZSET    id: run_at ms, of the high band
+    <prefix>:{<queue>:<shard>}:due       ZSET    id: run_at ms, of the normal band
+    <prefix>:{<queue>:<shard>}:due:lo    ZSET    id: run_at ms, of the low band
     <prefix>:{<queue>:<shard>}:ready:hi  STREAM  due ids of the high band (priority > 0)
     <prefix>:{<queue>:<shard>}:ready     STREAM  due ids of the normal band (priority 0)
     <prefix>:{<queue>:<shard>}:ready:lo  STREAM  due ids of the low band (priority < 0)
@@ -18,10 +20,16 @@ lock, :func:`sweeper_lock_key`) and ``<prefix>:sweepers``
 (:func:`sweepers_key`).
 
 A member is the task id's 16 raw bytes: the smallest unique encoding, which
-keeps Redis memory per scheduled task low. A task of another band than the
-normal one has one more byte, its band (``h`` or ``l``), which tells the
-dispatcher's move script which ready stream to put it in; a normal task's
-member is the bare id, as before bands existed.
+keeps Redis memory per scheduled task low. Each band has its own due-set, so
+that a release without bands, which reads the normal band's keys only (the
+ones it knows), never meets a task of another band while both releases run
+during a deploy: its dispatcher would move it to the normal band's stream and
+its workers refuse a member they cannot decode.
+
+The release that introduced bands indexed every band in the normal band's
+due-set, a high or low task's member having one more byte (``h`` or ``l``);
+such *legacy members* are still read, moved to their band's stream and
+removed (see ``lua/move.lua``), never written.
 """
 
 from __future__ import annotations
@@ -41,6 +49,30 @@ class ShardKeys:
     dead: str
     ready_hi: str
     ready_lo: str
+    due_hi: str
+    due_lo: str
+
+    @property
+    def due_bands(self) -> tuple[str, str, str]:
+        """The shard's due-sets, highest band first."""
+        return (self.due_hi, self.due, self.due_lo)
+
+    def due_of(self, priority: int) -> str:
+        """The due-set a task of this priority is indexed in."""
+        return self.due_bands[BANDS.index(band_of(priority))]
+
+    def places(self, task_id: uuid.UUID) -> list[tuple[str, bytes]]:
+        """Every (due-set, member) a task may be indexed under: its id in each
+        band's due-set, and its legacy members in the normal band's. What
+        removing a task removes, so that a caller needs no priority (an
+        outbox entry has none) and a stray of a wrong band goes too."""
+        return [
+            (self.due_hi, task_id.bytes),
+            (self.due, task_id.bytes),
+            (self.due, legacy_member(task_id, HIGH)),
+            (self.due, legacy_member(task_id, LOW)),
+            (self.due_lo, task_id.bytes),
+        ]
 
     @property
     def ready_bands(self) -> tuple[str, str, str]:
@@ -65,6 +97,8 @@ def shard_keys(prefix: str, queue: str, shard: int) -> ShardKeys:
         dead=f"{base}:dead",
         ready_hi=f"{base}:ready:hi",
         ready_lo=f"{base}:ready:lo",
+        due_hi=f"{base}:due:hi",
+        due_lo=f"{base}:due:lo",
     )
 
 
@@ -105,8 +139,8 @@ def handover_key(members_key: str) -> str:
     return f"{members_key}:handover"
 
 
-#: The bands, highest first: the byte a member carries for each (none for
-#: the normal band), and the suffix of each band's ready stream.
+#: The bands, highest first: the byte a legacy member carried for each (none
+#: for the normal band).
 BANDS = (b"h", b"", b"l")
 HIGH, NORMAL, LOW = BANDS
 _STREAM_RANK = {":ready:hi": 0, ":ready": 1, ":ready:lo": 2}
@@ -117,14 +151,14 @@ def band_of(priority: int) -> bytes:
     return HIGH if priority > 0 else LOW if priority < 0 else NORMAL
 
 
-def encode_member(task_id: uuid.UUID, band: bytes = NORMAL) -> bytes:
+def encode_member(task_id: uuid.UUID) -> bytes:
+    return task_id.bytes
+
+
+def legacy_member(task_id: uuid.UUID, band: bytes) -> bytes:
+    """The member a task of ``band`` had in the normal band's due-set before
+    each band had a due-set of its own: read and removed, never written."""
     return task_id.bytes + band
-
-
-def all_members(task_id: uuid.UUID) -> list[bytes]:
-    """The task's member in each band: what removing a task removes, so that
-    a caller needs no priority (and a stray member of a wrong band goes)."""
-    return [task_id.bytes + band for band in BANDS]
 
 
 def decode_member(member: bytes) -> uuid.UUID:
@@ -133,7 +167,9 @@ def decode_member(member: bytes) -> uuid.UUID:
 
 
 def split_member(member: bytes) -> tuple[uuid.UUID, bytes]:
-    """Return the task id and band of a member; ``ValueError`` if it is not one."""
+    """Return the task id and band of a member, a legacy one included (the
+    band of a bare id is the normal one, whichever due-set holds it);
+    ``ValueError`` if it is not one."""
     if len(member) == 16:
         return uuid.UUID(bytes=bytes(member)), NORMAL
     if len(member) == 17 and member[16:] in (HIGH, LOW):

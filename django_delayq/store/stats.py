@@ -5,7 +5,8 @@ every shard in a single pipeline, so a dashboard request waits for Redis at
 most once (one ``REDIS_TIMEOUT`` when Redis hangs), whatever the number of
 shards. Per shard it reads::
 
-    ZCARD due / ZRANGE due 0 0 WITHSCORES   how many tasks wait, the earliest
+    ZCARD due / ZRANGE due 0 0 WITHSCORES   how many tasks wait, the earliest,
+                                            for each band's due-set
     XLEN ready / XINFO GROUPS ready         the stream backlog and its group,
     XINFO CONSUMERS ready workers           and the worker threads reading it,
                                             for each band's ready stream
@@ -29,9 +30,12 @@ from .errors import translated
 from .keys import shard_keys, sweepers_key, workers_key
 from .streams import GROUP
 
-#: Commands :func:`read_shards` queues per band stream, and per shard.
+#: Commands :func:`read_shards` queues per band's due-set, per band stream,
+#: and per shard.
+_PER_DUE = 2
 _PER_STREAM = 3
-_PER_SHARD = 2 + 3 * _PER_STREAM + 3
+_DUE_END = 3 * _PER_DUE
+_PER_SHARD = _DUE_END + 3 * _PER_STREAM + 3
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,7 @@ class Consumer:
 class ShardState:
     queue: str
     shard: int
-    due: int  # members of the due-set
+    due: int  # members of the due-sets (every band)
     head_score: int | None  # the earliest member's due time (epoch ms)
     ready: int  # entries in the ready streams (every band)
     pending: int  # delivered to a worker, not acknowledged yet
@@ -76,8 +80,9 @@ def read_shards(
     ]
     pipe = client.pipeline(transaction=False)
     for keys in shards:
-        pipe.zcard(keys.due)
-        pipe.zrange(keys.due, 0, 0, withscores=True)
+        for due_set in keys.due_bands:
+            pipe.zcard(due_set)
+            pipe.zrange(due_set, 0, 0, withscores=True)
         for stream in keys.ready_bands:
             pipe.xlen(stream)
             pipe.xinfo_groups(stream)
@@ -92,12 +97,15 @@ def read_shards(
     for number, keys in enumerate(shards):
         start = number * _PER_SHARD
         reply = _Replies(replies[start : start + _PER_SHARD])
-        due = reply.integer(0)
-        head = reply.value(1) or []
+        due = 0
+        heads = []
+        for band in range(3):
+            due += reply.integer(band * _PER_DUE)
+            heads += [int(score) for _, score in reply.value(band * _PER_DUE + 1) or []]
         ready = pending = waiting = 0
         consumers: dict[str, Consumer] = {}
         for band in range(3):
-            at = 2 + band * _PER_STREAM
+            at = _DUE_END + band * _PER_STREAM
             band_ready, band_pending, band_waiting = _stream_backlog(reply, at)
             ready += band_ready
             pending += band_pending
@@ -111,14 +119,14 @@ def read_shards(
                     int(c.get("pending") or 0) + (seen.pending if seen else 0),
                     min(idle, seen.idle_ms) if seen else idle,
                 )
-        end = 2 + 3 * _PER_STREAM
+        end = _DUE_END + 3 * _PER_STREAM
         ttl = reply.integer(end + 2)
         states.append(
             ShardState(
                 queue=keys.queue,
                 shard=keys.shard,
                 due=due,
-                head_score=int(head[0][1]) if head else None,
+                head_score=min(heads, default=None),
                 ready=ready,
                 pending=pending,
                 waiting=waiting,

@@ -73,8 +73,8 @@ def cancel_task(db: Path, order: int) -> tuple[uuid.UUID, str, int]:
 
 
 def in_due_set(index: redis.Redis, task_id: uuid.UUID, shard: int) -> bool:
-    due = shard_keys("delayq", "orders", shard).due
-    return bool(due_scores(index, due, [task_id])[task_id])
+    keys = shard_keys("delayq", "orders", shard)
+    return bool(due_scores(index, keys, [task_id])[task_id])
 
 
 def log_in(page: Page, next_path: str) -> None:

@@ -148,25 +148,14 @@ def _redis_problems(rig: Rig) -> list[tuple[str, str]]:
     named: dict[uuid.UUID, list[str]] = defaultdict(list)
     problems: list[tuple[str, str]] = []
     for keys in rig.shards():
-        for member, _score in client.zrange(keys.due, 0, -1, withscores=True):
-            try:
-                named[decode_member(member)].append(keys.due)
-            except ValueError:
-                problems.append(
-                    ("malformed due-set members", f"{keys.due}: {member!r}")
-                )
-        for entry_id, fields in client.xrange(keys.ready):
-            where = f"{keys.ready} entry {entry_id.decode()}"
-            try:
-                named[decode_member(fields.get(b"id", b""))].append(where)
-            except ValueError:
-                problems.append(("forged entries left in a ready stream", where))
-        try:
-            pending = client.xpending(keys.ready, GROUP)["pending"]
-        except redis.ResponseError:
-            pending = 0  # no group (yet): nothing pending
-        if pending:
-            problems.append(("pending stream entries", f"{keys.ready}: {pending}"))
+        for due in keys.due_bands:
+            for member, _score in client.zrange(due, 0, -1, withscores=True):
+                try:
+                    named[decode_member(member)].append(due)
+                except ValueError:
+                    problems.append(("malformed due-set members", f"{due}: {member!r}"))
+        for ready in keys.ready_bands:
+            problems += _stream_problems(client, ready, named)
     if not named:
         return problems
     statuses = dict(
@@ -183,6 +172,26 @@ def _redis_problems(rig: Rig) -> list[tuple[str, str]]:
                 )
             elif ":ready" in place:
                 problems.append(("active ids in a ready stream", f"{task_id} {place}"))
+    return problems
+
+
+def _stream_problems(
+    client: redis.Redis, ready: str, named: dict[uuid.UUID, list[str]]
+) -> list[tuple[str, str]]:
+    """What a ready stream still holds: its ids go to ``named``."""
+    problems = []
+    for entry_id, fields in client.xrange(ready):
+        where = f"{ready} entry {entry_id.decode()}"
+        try:
+            named[decode_member(fields.get(b"id", b""))].append(where)
+        except ValueError:
+            problems.append(("forged entries left in a ready stream", where))
+    try:
+        pending = client.xpending(ready, GROUP)["pending"]
+    except redis.ResponseError:
+        pending = 0  # no group (yet): nothing pending
+    if pending:
+        problems.append(("pending stream entries", f"{ready}: {pending}"))
     return problems
 
 

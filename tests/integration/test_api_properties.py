@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from django_delayq import Call, cancel, reschedule, schedule, schedule_many
 from django_delayq.exceptions import DelayQueueException
 from django_delayq.models import DelayedTask, OutboxEntry, Status
-from django_delayq.store.keys import band_of, decode_member, encode_member
-from tests.helpers import expected_score
+from django_delayq.store.keys import decode_member
+from tests.helpers import due_key, expected_score
 from tests.testapp.tasks import add, order_cancel, send_reminder
 from tests.unit.test_payload import json_values
 
@@ -151,17 +151,17 @@ def as_json(value: Any) -> str:
 
 def check_index(redis_client: Any) -> None:
     """After the commit: the due-sets index exactly the scheduled rows, at
-    their run_at, each by the member of its priority's band (or the outbox
+    their run_at, each in its priority's band's due-set (or the outbox
     holds what Redis could not take)."""
     pending = set(OutboxEntry.objects.values_list("task_id", flat=True))
     scheduled = {
-        encode_member(row.pk, band_of(row.priority)): expected_score(row)
+        (due_key(row.queue, row.shard, row.priority), row.pk.bytes): expected_score(row)
         for row in DelayedTask.objects.filter(status=Status.SCHEDULED)
         if row.pk not in pending
     }
     indexed = {
-        member: int(score)
-        for key in redis_client.scan_iter(match="delayq:*:due")
+        (key.decode(), member): int(score)
+        for key in redis_client.scan_iter(match="delayq:*:due*")
         for member, score in redis_client.zrange(key, 0, -1, withscores=True)
         if decode_member(member) not in pending
     }

@@ -1,6 +1,9 @@
 """Priorities: among due tasks, a higher band starts first, through a real
 dispatcher and worker; the sweeper, cancel and the Django Tasks backend
-keep each task's band."""
+keep each task's band. Each band has its due-set, which a release without
+bands never reads; the members the release that introduced bands wrote in
+the normal band's due-set (the id and a band byte) are still dispatched
+into their band."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from django_delayq import Call, cancel, schedule, schedule_many
 from django_delayq.dispatcher import Dispatcher
 from django_delayq.exceptions import InvalidArgument
 from django_delayq.models import DelayedTask, Status
-from django_delayq.store.keys import encode_member, shard_keys
+from django_delayq.store.keys import legacy_member, shard_keys
 from django_delayq.sweeper import Sweeper
 from django_delayq.worker import Worker
 from tests.helpers import expected_score, indexed_score
@@ -41,7 +44,22 @@ def test_priority_outside_minus_100_to_100_is_refused_and_writes_nothing(value):
     assert not DelayedTask.objects.exists()
 
 
-def test_the_row_keeps_its_priority_and_the_due_set_its_band(redis_client):
+def indexed(client: Any) -> dict[str, dict[bytes, float]]:
+    """Each due-set of the shard: member -> score."""
+    return {
+        due: dict(client.zrange(due, 0, -1, withscores=True)) for due in KEYS.due_bands
+    }
+
+
+def in_streams(client: Any) -> dict[str, list[bytes]]:
+    """Each ready stream of the shard: the ids of its entries, in order."""
+    return {
+        stream: [fields[b"id"] for _, fields in client.xrange(stream)]
+        for stream in KEYS.ready_bands
+    }
+
+
+def test_the_row_keeps_its_priority_and_its_bands_due_set_its_id(redis_client):
     high = schedule(add, args=[1, 1], delay=60, priority=100)
     normal = schedule(add, args=[1, 1], delay=60)
     low = add.schedule(args=[1, 1], delay=60, priority=-1)
@@ -50,11 +68,12 @@ def test_the_row_keeps_its_priority_and_the_due_set_its_band(redis_client):
         0,
         -1,
     ]
-    members = dict(redis_client.zrange(KEYS.due, 0, -1, withscores=True))
-    assert members == {
-        encode_member(high.pk, b"h"): expected_score(high),
-        normal.pk.bytes: expected_score(normal),  # unchanged: the bare id
-        encode_member(low.pk, b"l"): expected_score(low),
+    # Bare ids, each in its band's due-set: the normal band's due-set (the
+    # only one a release without bands reads) holds normal tasks only.
+    assert indexed(redis_client) == {
+        KEYS.due_hi: {high.pk.bytes: expected_score(high)},
+        KEYS.due: {normal.pk.bytes: expected_score(normal)},
+        KEYS.due_lo: {low.pk.bytes: expected_score(low)},
     }
 
 
@@ -63,16 +82,79 @@ def test_a_due_task_goes_to_its_bands_stream(redis_client):
     normal = schedule(add, args=[1, 1])
     low = schedule(add, args=[1, 1], priority=-3)
     assert Dispatcher().run(once=True).moved == 3
-    found = {
-        stream: [fields[b"id"] for _, fields in redis_client.xrange(stream)]
-        for stream in KEYS.ready_bands
-    }
-    assert found == {
+    assert in_streams(redis_client) == {
         KEYS.ready_hi: [high.pk.bytes],
         KEYS.ready: [normal.pk.bytes],
         KEYS.ready_lo: [low.pk.bytes],
     }
-    assert redis_client.zcard(KEYS.due) == 0
+    assert indexed(redis_client) == {due: {} for due in KEYS.due_bands}
+
+
+def as_legacy_members(client: Any, *tasks: DelayedTask) -> None:
+    """Index ``tasks`` as the release that introduced bands did: every band
+    in the normal band's due-set, a high or low task's member with its band
+    byte."""
+    for task in tasks:
+        band = b"h" if task.priority > 0 else b"l" if task.priority < 0 else b""
+        client.zrem(KEYS.due_of(task.priority), task.pk.bytes)
+        client.zadd(KEYS.due, {legacy_member(task.pk, band): expected_score(task)})
+
+
+def test_legacy_members_are_dispatched_into_their_band_and_run(redis_client):
+    high = schedule(add, args=[1, 1], priority=3)
+    normal = schedule(add, args=[1, 1])
+    low = schedule(add, args=[1, 1], priority=-3)
+    as_legacy_members(redis_client, high, normal, low)
+    assert len(indexed(redis_client)[KEYS.due]) == 3
+    assert Dispatcher().run(once=True).moved == 3
+    # Bare ids in the streams, as the workers expect.
+    assert in_streams(redis_client) == {
+        KEYS.ready_hi: [high.pk.bytes],
+        KEYS.ready: [normal.pk.bytes],
+        KEYS.ready_lo: [low.pk.bytes],
+    }
+    assert indexed(redis_client) == {due: {} for due in KEYS.due_bands}
+    assert Worker(["default"]).run(once=True).processed == 3
+    assert {DelayedTask.objects.get(pk=t.pk).status for t in (high, normal, low)} == {
+        Status.SUCCEEDED
+    }
+    assert redis_client.xlen(KEYS.dead) == 0
+
+
+def test_a_bare_duplicate_of_a_banded_task_goes_to_its_band_once(redis_client):
+    # A sweeper of a release without bands reads only the normal band's
+    # keys: it takes a high or low task for lost and indexes its bare id
+    # there again. The dispatcher sends each such task to its band, once.
+    high = schedule(add, args=[1, 1], priority=3)
+    later = schedule(add, args=[1, 1], delay=60, priority=-3)
+    # As the earlier sweeper would, at its own (earlier) idea of the due time.
+    redis_client.zadd(KEYS.due, {high.pk.bytes: 1, later.pk.bytes: 2})
+    assert Dispatcher().run(once=True).moved == 2
+    assert in_streams(redis_client) == {
+        KEYS.ready_hi: [high.pk.bytes],
+        KEYS.ready: [],
+        KEYS.ready_lo: [later.pk.bytes],
+    }
+    assert indexed(redis_client) == {due: {} for due in KEYS.due_bands}
+    # The low task came before its time: the worker indexes it again at its
+    # run_at, in its band, and runs only the high one now.
+    assert Worker(["default"]).run(once=True).processed == 2
+    assert DelayedTask.objects.get(pk=high.pk).status == Status.SUCCEEDED
+    assert DelayedTask.objects.get(pk=later.pk).status == Status.SCHEDULED
+    assert indexed(redis_client) == {
+        KEYS.due_hi: {},
+        KEYS.due: {},
+        KEYS.due_lo: {later.pk.bytes: expected_score(later)},
+    }
+    assert redis_client.xlen(KEYS.dead) == 0
+
+
+def test_a_legacy_member_and_a_banded_one_of_one_task_make_one_entry(redis_client):
+    task = schedule(add, args=[1, 1], priority=-3)
+    redis_client.zadd(KEYS.due, {legacy_member(task.pk, b"l"): expected_score(task)})
+    assert Dispatcher().run(once=True).moved == 1
+    assert in_streams(redis_client)[KEYS.ready_lo] == [task.pk.bytes]
+    assert indexed(redis_client) == {due: {} for due in KEYS.due_bands}
 
 
 def run_burst(schedule_all: Callable[[datetime.datetime], None]) -> list[Any]:
@@ -148,7 +230,8 @@ def test_the_sweeper_leaves_a_task_in_a_high_band_stream_alone(redis_client):
     assert redis_client.xlen(KEYS.ready_hi) == 1
     result = Sweeper().sweep()
     assert (result.reindexed, result.corrected) == (0, 0)
-    assert redis_client.zcard(KEYS.due) == 0  # not indexed a second time
+    # Not indexed a second time.
+    assert indexed(redis_client) == {due: {} for due in KEYS.due_bands}
     assert indexed_score(redis_client, task) is None
 
 
@@ -158,24 +241,48 @@ def test_after_a_flushall_the_sweeper_indexes_each_task_in_its_band(redis_client
     assert Sweeper().sweep().reindexed == 3
     for task in tasks:
         assert indexed_score(redis_client, task) == expected_score(task)
-    assert redis_client.zcard(KEYS.due) == 3
+    assert [len(members) for members in indexed(redis_client).values()] == [1, 1, 1]
 
 
 def test_a_member_in_the_wrong_band_is_corrected(redis_client):
     task = schedule(add, args=[1, 1], delay=30, priority=-2)
-    redis_client.zrem(KEYS.due, encode_member(task.pk, b"l"))
-    redis_client.zadd(KEYS.due, {encode_member(task.pk, b"h"): expected_score(task)})
+    redis_client.zrem(KEYS.due_lo, task.pk.bytes)
+    redis_client.zadd(KEYS.due_hi, {task.pk.bytes: expected_score(task)})
     assert Sweeper().sweep().corrected == 1
-    assert redis_client.zrange(KEYS.due, 0, -1) == [encode_member(task.pk, b"l")]
+    assert indexed(redis_client) == {
+        KEYS.due_hi: {},
+        KEYS.due: {},
+        KEYS.due_lo: {task.pk.bytes: expected_score(task)},
+    }
 
 
-def test_cancel_removes_a_banded_member(redis_client):
+def test_the_sweeper_moves_legacy_members_and_bare_duplicates_to_the_band(
+    redis_client,
+):
+    legacy = schedule(add, args=[1, 1], delay=30, priority=-2)
+    doubled = schedule(add, args=[1, 1], delay=30, priority=2)
+    as_legacy_members(redis_client, legacy)
+    # What a sweeper of a release without bands adds beside the right member.
+    redis_client.zadd(KEYS.due, {doubled.pk.bytes: expected_score(doubled)})
+    assert Sweeper().sweep().corrected == 2
+    assert indexed(redis_client) == {
+        KEYS.due_hi: {doubled.pk.bytes: expected_score(doubled)},
+        KEYS.due: {},
+        KEYS.due_lo: {legacy.pk.bytes: expected_score(legacy)},
+    }
+
+
+def test_cancel_removes_a_task_from_every_bands_due_set(redis_client):
     high = schedule(add, args=[1, 1], delay=60, priority=1)
     low = schedule(add, args=[1, 1], delay=60, priority=-100)
-    assert redis_client.zcard(KEYS.due) == 2
-    assert cancel(high)
-    assert cancel(low)
-    assert redis_client.zcard(KEYS.due) == 0
+    legacy = schedule(add, args=[1, 1], delay=60, priority=7)
+    as_legacy_members(redis_client, legacy)
+    # A stray in another band's due-set goes too.
+    redis_client.zadd(KEYS.due, {high.pk.bytes: expected_score(high)})
+    assert [len(members) for members in indexed(redis_client).values()] == [1, 2, 1]
+    for task in (high, low, legacy):
+        assert cancel(task)
+    assert indexed(redis_client) == {due: {} for due in KEYS.due_bands}
 
 
 def test_task_decorator_priority_is_the_default_and_schedule_overrides_it():
@@ -198,3 +305,19 @@ def test_the_ready_backlog_counts_every_band(redis_client):
         redis_client, settings.key_prefix, [settings.queue("default")]
     )
     assert (state.ready, state.waiting, state.pending) == (4, 4, 0)
+
+
+def test_the_due_count_and_the_head_cover_every_band(redis_client):
+    from django_delayq.conf import get_settings
+    from django_delayq.store import stats
+
+    tasks = [
+        schedule(add, args=[1, 1], delay=delay, priority=priority)
+        for priority, delay in ((1, 30), (0, 60), (-1, 10), (-1, 90))
+    ]
+    settings = get_settings()
+    [state] = stats.read_shards(
+        redis_client, settings.key_prefix, [settings.queue("default")]
+    )
+    assert state.due == 4
+    assert state.head_score == expected_score(tasks[2])  # the low band's

@@ -10,6 +10,7 @@ from django_delayq.store.keys import (
     band_of,
     decode_member,
     encode_member,
+    legacy_member,
     shard_keys,
     split_member,
     stream_rank,
@@ -53,21 +54,41 @@ def test_members_are_the_16_id_bytes():
     assert decode_member(encode_member(task_id)) == task_id
 
 
-def test_a_member_carries_its_band_and_old_members_still_decode():
+def test_members_are_bare_ids_and_legacy_members_still_decode():
     task_id = uuid7()
     assert band_of(0) == b""
     assert band_of(1) == band_of(100) == b"h"
     assert band_of(-1) == band_of(-100) == b"l"
-    # The normal band's member is the bare id, as before bands existed.
-    assert encode_member(task_id, band_of(0)) == task_id.bytes
-    for priority in (-100, -1, 0, 1, 100):
-        member = encode_member(task_id, band_of(priority))
-        assert split_member(member) == (task_id, band_of(priority))
+    # The members the release that introduced bands wrote in the normal
+    # band's due-set: the id and its band's byte.
+    for band in (b"h", b"", b"l"):
+        member = legacy_member(task_id, band)
+        assert split_member(member) == (task_id, band)
         assert decode_member(member) == task_id
-    assert len(encode_member(task_id, b"h")) == 17
+    assert len(legacy_member(task_id, b"h")) == 17
     for bad in (task_id.bytes + b"x", task_id.bytes[:15], task_id.bytes + b"hh"):
         with pytest.raises(ValueError, match="not a task id"):
             decode_member(bad)
+
+
+def test_each_band_has_its_due_set_in_the_shards_slot():
+    keys = shard_keys("delayq", "orders", 3)
+    assert keys.due == "delayq:{orders:3}:due"  # the normal band, as before
+    assert keys.due_bands == (
+        "delayq:{orders:3}:due:hi",
+        "delayq:{orders:3}:due",
+        "delayq:{orders:3}:due:lo",
+    )
+    assert [keys.due_of(p) for p in (5, 0, -5)] == list(keys.due_bands)
+    task_id = uuid7()
+    # Where removing a task looks: every band's due-set, legacy members too.
+    assert keys.places(task_id) == [
+        ("delayq:{orders:3}:due:hi", task_id.bytes),
+        ("delayq:{orders:3}:due", task_id.bytes),
+        ("delayq:{orders:3}:due", task_id.bytes + b"h"),
+        ("delayq:{orders:3}:due", task_id.bytes + b"l"),
+        ("delayq:{orders:3}:due:lo", task_id.bytes),
+    ]
 
 
 def test_each_band_has_its_ready_stream_in_the_shards_slot():
