@@ -38,6 +38,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from . import registry, signals, transitions
+from .db.savepoints import TaskSavepoints
 from .execution import (
     FAILURES,
     Fenced,
@@ -52,7 +53,6 @@ from .execution import (
     time_limit_of,
 )
 from .models import DelayedTask
-from .savepoints import TaskSavepoints
 from .time_limits import Watchdog
 
 logger = logging.getLogger(__name__)

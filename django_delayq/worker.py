@@ -28,7 +28,7 @@ from . import membership, registry
 from .batch import Batch
 from .board import Board
 from .conf import get_settings
-from .dbconn import recycle_connections
+from .db.connections import recycle_connections
 from .exceptions import RedisUnavailable, WorkerStuck
 from .group_commit import DEFAULT_BUDGET, DEFAULT_MAX_SIZE, Pacer
 from .inflight import InFlight
@@ -292,7 +292,7 @@ class Worker:
                             return
                         continue
                     # Drop connections that broke (or outlived a positive
-                    # CONN_MAX_AGE), but reuse healthy ones: see dbconn.
+                    # CONN_MAX_AGE), but reuse healthy ones: see django_delayq.db.connections.
                     recycle_connections()
                     counts = batch.handle(pending)
                     self._count("processed", counts.processed)

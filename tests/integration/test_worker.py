@@ -323,7 +323,7 @@ def test_a_worker_replaces_a_database_session_that_was_terminated(redis_client):
     """As when PostgreSQL restarts or an administrator ends the session."""
     from django.db import DatabaseError, connection, connections
 
-    from django_delayq.dbconn import recycle_connections
+    from django_delayq.db.connections import recycle_connections
 
     if connection.vendor != "postgresql":
         pytest.skip("only PostgreSQL sessions can be terminated from outside")

@@ -27,10 +27,10 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
-from .exceptions import InvalidConfiguration, UnknownQueue
+from ..exceptions import InvalidConfiguration, UnknownQueue
+from .problems import find_problems
 from .redis_settings import redact_url, sentinel_node
-from .settings_problems import find_problems
-from .settings_schema import (
+from .schema import (
     DEFAULT_QUEUE,
     DEFAULTS,
     DJANGO_REDIS_CACHE,

@@ -11,8 +11,10 @@ from urllib.parse import unquote, unquote_plus, urlsplit
 
 from django.conf import settings as django_settings
 
-from . import check_ids
-from .settings_schema import (
+from ..checks import ids as check_ids
+from ..store.urls import client_refusal
+from ..text import short_repr
+from .schema import (
     CONNECTION_KEYS,
     DJANGO_REDIS_CACHE,
     REDIS_SCHEMES,
@@ -21,8 +23,6 @@ from .settings_schema import (
     Problem,
     is_int,
 )
-from .store.urls import client_refusal
-from .text import short_repr
 
 
 def connection_problems(raw: Mapping[Any, Any]) -> list[Problem]:

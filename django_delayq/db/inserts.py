@@ -25,8 +25,8 @@ from django.db import connections
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
-from .models import DelayedTask
-from .payload import encode_json
+from ..models import DelayedTask
+from ..payload import encode_json
 
 #: Rows per COPY statement: bounds the client-side buffer, not the speed.
 COPY_BATCH = 5_000

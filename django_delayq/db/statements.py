@@ -24,8 +24,8 @@ from typing import Any
 from django.db import connections
 from django.db.models import Field
 
-from .models import DelayedTask
-from .payload import encode_json
+from ..models import DelayedTask
+from ..payload import encode_json
 
 
 @functools.cache

@@ -11,9 +11,10 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from . import check_ids
+from ..checks import ids as check_ids
+from ..text import short_repr
 from .redis_settings import connection_problems
-from .settings_schema import (
+from .schema import (
     DEFAULTS,
     KEY_PREFIX_PATTERN,
     MAX_SHARDS,
@@ -24,7 +25,6 @@ from .settings_schema import (
     is_int,
     is_number,
 )
-from .text import short_repr
 
 
 def find_problems(raw: Any) -> list[Problem]:

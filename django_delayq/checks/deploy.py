@@ -15,8 +15,9 @@ from urllib.parse import urlsplit
 
 from django.core.checks import CheckMessage, Warning
 
-from . import check_ids, conf, registry
-from .exceptions import InvalidConfiguration, RedisUnavailable
+from .. import conf, registry
+from ..exceptions import InvalidConfiguration, RedisUnavailable
+from . import ids as check_ids
 
 _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
@@ -102,9 +103,9 @@ def _no_password(what: str) -> CheckMessage:
 
 
 def _server_warnings() -> list[CheckMessage]:
-    from .store.connection import get_client
-    from .store.errors import error_text
-    from .store.inspect import server_config
+    from ..store.connection import get_client
+    from ..store.errors import error_text
+    from ..store.inspect import server_config
 
     try:
         config = server_config(get_client(), ["maxmemory-policy", "save", "appendonly"])

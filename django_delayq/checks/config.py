@@ -12,8 +12,9 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Warning
 
-from . import check_ids, conf, registry
-from .exceptions import InvalidConfiguration, KeyPrefixInUse, RedisUnavailable
+from .. import conf, registry
+from ..exceptions import InvalidConfiguration, KeyPrefixInUse, RedisUnavailable
+from . import ids as check_ids
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def check_key_prefix_owner(
     """Claim ``KEY_PREFIX`` for this project, or report that another holds
     it (``delayq.E014``); a database check, so it runs only when asked to
     touch the databases."""
-    from . import ownership
+    from .. import ownership
 
     if not databases:
         return []
@@ -81,7 +82,7 @@ def check_key_prefix_owner(
 def check_tasks_framework(**kwargs: Any) -> list[CheckMessage]:
     """Report ``TASKS`` aliases on DelayQueueBackend without the framework
     (``delayq.E011``); the backend checks itself otherwise (E009, E010)."""
-    from .contrib.tasks import compat as tasks_compat
+    from ..contrib.tasks import compat as tasks_compat
 
     tasks = getattr(django_settings, "TASKS", None)
     if tasks_compat.AVAILABLE or not isinstance(tasks, Mapping):
