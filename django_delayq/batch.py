@@ -27,9 +27,10 @@ from django.utils import timezone
 
 from . import metrics, registry, transitions
 from .exceptions import TaskNotRegistered
-from .execution import Disposition, Outcome, execute, start, unknown_task, write_db
+from .execution import Disposition, Outcome, execute, start, unknown_task
 from .group_commit import Pacer, run_group
 from .models import DelayedTask, Status
+from .outcomes import write_db
 from .store import activity, streams
 from .store.connection import Client
 from .time_limits import Abandoned, Watchdog

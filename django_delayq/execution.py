@@ -5,7 +5,8 @@ this module is the path for everything a group does not take: a delivery
 whose row is not simply scheduled and due (early, running, finished,
 missing), a task registered with ``atomic=False``, a task this worker does
 not know, and a group's tasks after the group was fenced. It also holds what
-both paths share: recording a failure, the retry backoff, the log lines.
+both paths share to run a function; recording its outcome is
+:mod:`django_delayq.outcomes`'.
 
 For ``atomic`` tasks (the default) the function and the success UPDATE
 share one transaction. If the outcome is fenced (this worker was paused past
@@ -16,29 +17,35 @@ worker's late completion has no effect.
 
 from __future__ import annotations
 
-import datetime
 import enum
 import logging
-import random
 import time
 import traceback
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import router, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from . import registry, signals, transitions
+from . import registry, transitions
 from .conf import get_settings
 from .exceptions import InvalidPayload, TaskNotRegistered, TimeLimitExceeded
 from .models import DelayedTask, OutboxEntry, Status
 from .outbox import index_after_commit
+from .outcomes import (
+    Verdict,
+    fail,
+    record_failure,
+    report_start,
+    report_success,
+    worker_lost,
+    write_db,
+)
 from .ownership import check_prefix
 from .payload import check_value
 from .store.keys import shard_keys
 from .time_limits import NO_WATCHDOG, Watchdog, time_limit_error
-from .timing import ceil_ms
 
 logger = logging.getLogger(__name__)
 
@@ -65,21 +72,8 @@ LEAVE = Outcome(Disposition.LEAVE)
 EARLY_WAIT_SECONDS = 1.0
 
 
-class Verdict(enum.Enum):
-    """What recording a failed attempt did."""
-
-    RETRYING = "retrying"
-    FAILED = "failed"
-    FENCED = "fenced"  # the attempt is not this worker's any more
-
-
 class Fenced(Exception):
     """The row moved on under us: roll back and record nothing."""
-
-
-def write_db() -> str:
-    """The database of task rows: always the primary, as a replica may lag."""
-    return router.db_for_write(DelayedTask)
 
 
 def execute(
@@ -129,8 +123,7 @@ def execute(
         # Claimed alone, the attempt is this task's own: if it was its last,
         # the task fails. Claimed in a batch, it runs again alone, uncounted.
         if row.attempts >= row.max_attempts and not transitions.claimed_in_batch(row):
-            error = f"worker lost during attempt {row.attempts} of {row.max_attempts}"
-            fail(row, row.attempts, error, "", expect=Status.RUNNING)
+            fail(row, row.attempts, worker_lost(row), "", expect=Status.RUNNING)
             return DONE
     else:
         early = (row.run_at - timezone.now()).total_seconds()
@@ -192,8 +185,7 @@ def run_alone(
     committed: list[bool] = []
     limit = time_limit_of(registered)
     started = row.started_at = timezone.now()
-    log_event(logging.DEBUG, "started", row)
-    signals.send(signals.task_started, row)
+    report_start(row)
     try:
         if registered.atomic:
             with transaction.atomic(using=db):
@@ -281,12 +273,6 @@ def stored_value(row: DelayedTask, result: Any) -> Any:
         return None
 
 
-def report_success(row: DelayedTask) -> None:
-    """Log and signal a success, once it is committed."""
-    log_event(logging.INFO, "succeeded", row)
-    signals.send(signals.task_succeeded, row, result=row.result)
-
-
 def log_fenced(row: DelayedTask) -> None:
     logger.warning(
         "task %s: attempt %d finished after another worker took it over; "
@@ -294,103 +280,3 @@ def log_fenced(row: DelayedTask) -> None:
         row.pk,
         row.attempts,
     )
-
-
-def record_failure(
-    row: DelayedTask,
-    exc: BaseException,
-    *,
-    error: str | None = None,
-    trace: str | None = None,
-) -> Verdict:
-    """Schedule the next attempt of ``row``, or fail the task.
-
-    Runs in the caller's transaction if there is one (a group's), else in
-    its own; the log line and signal follow the commit either way.
-    """
-    attempt = row.attempts
-    error = f"{type(exc).__name__}: {exc}" if error is None else error
-    trace = traceback.format_exc() if trace is None else trace
-    if attempt >= row.max_attempts:
-        failed = fail(row, attempt, error, trace, expect=Status.RUNNING)
-        return Verdict.FAILED if failed else Verdict.FENCED
-    run_at = ceil_ms(timezone.now() + backoff(attempt))
-    db = write_db()
-    with transaction.atomic(using=db, savepoint=False):
-        if not transitions.retry_later(row, attempt, run_at, error, trace, db):
-            return Verdict.FENCED
-        error = row.last_error  # as the row keeps it (clipped), for the report
-        # The retry goes through the same due-set as any delayed task.
-        index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
-
-        def report() -> None:
-            fields = {"error": repr(error), "retry_at": run_at.isoformat()}
-            log_event(logging.WARNING, "retrying", row, **fields)
-            signals.send(signals.task_retried, row, error=error, run_at=run_at)
-
-        transaction.on_commit(report, using=db)
-    return Verdict.RETRYING
-
-
-def fail(
-    row: DelayedTask, attempt: int, error: str, trace: str, *, expect: str
-) -> bool:
-    """Mark the task failed, fenced on ``expect`` status and the attempt.
-
-    The log line and ``task_failed`` follow the commit (at once outside a
-    transaction).
-    """
-    db = write_db()
-    if not transitions.fail(row, attempt, error, trace, expect=expect, using=db):
-        return False
-    # As the row keeps them (clipped), for the log line and the signal.
-    error, trace = row.last_error, row.last_traceback
-
-    def report() -> None:
-        log_event(logging.ERROR, "failed", row, trace=trace, error=repr(error))
-        signals.send(signals.task_failed, row, error=error)
-
-    transaction.on_commit(report, using=db)
-    return True
-
-
-def log_event(
-    level: int, event: str, row: DelayedTask, *, trace: str = "", **fields: object
-) -> None:
-    """One key=value line per task event, easy to grep and to parse; then
-    ``trace`` (a failed task's traceback), if any, on the lines below."""
-    if not logger.isEnabledFor(level):
-        return
-    values = {
-        "id": row.pk,
-        "name": row.name,
-        "queue": row.queue,
-        "attempt": f"{row.attempts}/{row.max_attempts}",
-        **fields,
-    }
-    # A retry has already moved run_at to the next attempt.
-    if event != "retrying" and row.started_at is not None:
-        values["late_ms"] = int((row.started_at - row.run_at).total_seconds() * 1000)
-    if row.started_at is not None and row.finished_at is not None:
-        elapsed = (row.finished_at - row.started_at).total_seconds()
-        values["duration_ms"] = int(elapsed * 1000)
-    logger.log(
-        level,
-        "task %s %s%s",
-        event,
-        " ".join(f"{key}={value}" for key, value in values.items()),
-        f"\n{trace.rstrip()}" if trace else "",
-        extra={"delayq_event": event, "delayq_task_id": str(row.pk)},
-    )
-
-
-def backoff(attempt: int) -> datetime.timedelta:
-    """Delay before retry ``attempt + 1``: exponential, capped, with jitter.
-
-    ``RETRY_BACKOFF * 2 ** (attempt - 1)`` capped at ``RETRY_BACKOFF_MAX``,
-    then scaled by a random factor in [0.5, 1] so that tasks which failed
-    together do not retry together.
-    """
-    settings = get_settings()
-    base = min(settings.retry_backoff * 2 ** (attempt - 1), settings.retry_backoff_max)
-    return datetime.timedelta(seconds=base * random.uniform(0.5, 1.0))

@@ -37,22 +37,19 @@ from typing import Any
 from django.db import connections, transaction
 from django.utils import timezone
 
-from . import registry, signals, transitions
+from . import registry, transitions
 from .db.savepoints import TaskSavepoints
 from .execution import (
     FAILURES,
     Fenced,
-    Verdict,
     failure_text,
-    log_event,
-    record_failure,
     refuse_arguments,
-    report_success,
     run_alone,
     stored_value,
     time_limit_of,
 )
 from .models import DelayedTask
+from .outcomes import Verdict, record_failure, report_start, report_success
 from .time_limits import Watchdog
 
 logger = logging.getLogger(__name__)
@@ -265,8 +262,7 @@ def _run_one(
         return None
     limit = time_limit_of(registered)
     started = row.started_at = timezone.now()
-    log_event(logging.DEBUG, "started", row)
-    signals.send(signals.task_started, row)
+    report_start(row)
     clock = time.monotonic()
     try:
         try:

@@ -45,9 +45,9 @@ from django.db import DatabaseError, connections, transaction
 from . import transitions
 from .board import Snapshot
 from .exceptions import RedisUnavailable
-from .execution import Verdict, record_failure, write_db
 from .models import DelayedTask, OutboxEntry, Status
 from .outbox import index_after_commit
+from .outcomes import Verdict, record_failure, worker_lost, write_db
 from .store import streams
 from .store.connection import Client, get_client
 from .store.errors import error_text
@@ -201,10 +201,7 @@ def rescue_main(
 
 
 def _worker_lost(row: DelayedTask, cause: str) -> str:
-    return (
-        f"worker lost during attempt {row.attempts} of {row.max_attempts}: "
-        f"its process {cause} while running this task"
-    )
+    return worker_lost(row, f": its process {cause} while running this task")
 
 
 def _log(pid: int, cause: str, done: Rescued) -> None:

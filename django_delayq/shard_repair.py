@@ -16,9 +16,9 @@ import uuid
 from django.db import transaction
 
 from . import transitions
-from .execution import fail
 from .models import DelayedTask, OutboxEntry, Status
 from .outbox import entry_of, index_after_commit
+from .outcomes import fail, worker_lost
 from .store import broken, index, inspect
 from .store.connection import Client
 from .store.keys import ShardKeys, encode_member, shard_keys
@@ -176,10 +176,7 @@ def _recover(
                 row.pk,
             )
         return
-    error = (
-        f"worker lost during attempt {row.attempts} of {row.max_attempts} "
-        f"(no stream entry left)"
-    )
+    error = worker_lost(row, " (no stream entry left)")
     if row.attempts >= row.max_attempts:
         # Logged and signalled like any failure.
         if fail(row, row.attempts, error, "", expect=Status.RUNNING):

@@ -292,7 +292,7 @@ class Worker:
                             return
                         continue
                     # Drop connections that broke (or outlived a positive
-                    # CONN_MAX_AGE), but reuse healthy ones: see django_delayq.db.connections.
+                    # CONN_MAX_AGE), but reuse healthy ones (see db.connections).
                     recycle_connections()
                     counts = batch.handle(pending)
                     self._count("processed", counts.processed)

@@ -10,8 +10,9 @@ import pytest
 
 from django_delayq import cancel, schedule, signals
 from django_delayq.dispatcher import Dispatcher
-from django_delayq.execution import execute, record_failure, run_alone
+from django_delayq.execution import execute, run_alone
 from django_delayq.models import DelayedTask, Status
+from django_delayq.outcomes import record_failure
 from django_delayq.registry import get
 from django_delayq.store import streams
 from django_delayq.store.keys import shard_keys
@@ -347,7 +348,7 @@ def test_a_worker_replaces_a_database_session_that_was_terminated(redis_client):
 
 def test_a_paused_attempt_cannot_finish_the_run_that_retried_the_task(redis_client):
     from django_delayq import retry
-    from django_delayq.execution import fail
+    from django_delayq.outcomes import fail
 
     task = schedule(create_order, args=["stale"], max_attempts=1)
     stale = refresh(task)
@@ -367,7 +368,7 @@ def test_a_paused_attempt_cannot_finish_the_run_that_retried_the_task(redis_clie
 def test_a_paused_attempts_failure_cannot_reschedule_a_task_that_moved_on(
     redis_client,
 ):
-    from django_delayq.execution import fail
+    from django_delayq.outcomes import fail
 
     task = schedule(add, args=[1, 1], max_attempts=3)
     stale = refresh(task)
