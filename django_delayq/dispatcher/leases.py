@@ -1,4 +1,5 @@
-"""Which shards a dispatcher moves: leases shared out between dispatchers.
+"""Which shards a dispatcher moves: leases shared out between dispatchers;
+what a dispatcher counts.
 
 Each shard has one lease key (``SET NX PX`` in ``lease.lua``, renewed by its
 owner, fenced by the owner's token inside ``move.lua``), so only one
@@ -14,18 +15,27 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
-from .exceptions import RedisUnavailable
-from .store import leases as store
-from .store.connection import Client
-from .store.keys import ShardKeys, handover_key
-
-if TYPE_CHECKING:
-    from .dispatch_stats import DispatchStats
+from ..exceptions import RedisUnavailable
+from ..store import leases as store
+from ..store.connection import Client
+from ..store.keys import ShardKeys, handover_key
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class DispatchStats:
+    """What a dispatcher counts: ids moved and batches by its loop, leases
+    taken and lost by its :class:`Leases`."""
+
+    moved: int = 0
+    batches: int = 0
+    leases_taken: int = 0
+    leases_lost: int = 0
+    per_shard: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

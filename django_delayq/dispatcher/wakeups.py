@@ -25,13 +25,13 @@ import logging
 import threading
 from collections.abc import Sequence
 
-from .conf import get_settings
-from .exceptions import RedisUnavailable
+from ..conf import get_settings
+from ..exceptions import RedisUnavailable
+from ..store import wake_lists
+from ..store.connection import BLOCK_SECONDS, Client, get_client
+from ..store.errors import log_level
+from ..timing import retry_pause
 from .leases import Shard
-from .store import wake_lists
-from .store.connection import BLOCK_SECONDS, Client, get_client
-from .store.errors import log_level
-from .timing import retry_pause
 
 logger = logging.getLogger(__name__)
 

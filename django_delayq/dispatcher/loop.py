@@ -2,13 +2,13 @@
 
 One :class:`Dispatcher` per ``delayq_dispatch`` process. Its main loop:
 
-1. keeps its shard leases (:mod:`django_delayq.leases`: take a fair share,
+1. keeps its shard leases (:mod:`django_delayq.dispatcher.leases`: take a fair share,
    renew, hand back extras);
 2. runs ``move.lua`` on each owned shard until nothing more is due; the
    script answers with the next head's score and Redis' clock;
 3. sleeps on a *local* timer until the earliest head is due (so the fire time
    does not depend on the Redis server's cron tick), or until woken early by
-   a new earliest task (:mod:`django_delayq.wakeups`).
+   a new earliest task (:mod:`django_delayq.dispatcher.wakeups`).
 
 Idle, a dispatcher issues a handful of Redis commands per lease period, not
 a poll every few ms.
@@ -24,20 +24,19 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from .conf import get_settings
-from .dispatch_stats import DispatchStats
-from .exceptions import RedisUnavailable
-from .leases import Leases, Shard
-from .ownership import (
+from ..conf import get_settings
+from ..exceptions import RedisUnavailable
+from ..ownership import (
     OWNER_CHECK_INTERVAL,
     OWNER_RETRY_INTERVAL,
     check_prefix_if_reachable,
 )
-from .store import index, wake_lists
-from .store.connection import Client, get_client
-from .store.errors import log_level
-from .store.keys import dispatchers_key, handover_key, shard_keys
-from .timing import retry_pause
+from ..store import index, wake_lists
+from ..store.connection import Client, get_client
+from ..store.errors import log_level
+from ..store.keys import dispatchers_key, handover_key, shard_keys
+from ..timing import retry_pause
+from .leases import DispatchStats, Leases, Shard
 from .wakeups import WakeListener
 
 logger = logging.getLogger(__name__)
