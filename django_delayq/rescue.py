@@ -5,7 +5,7 @@ or was killed by the out-of-memory killer; or the supervisor killed it at
 the end of a grace period) leaves its stream entries pending and the rows it
 claimed ``running``. Left alone, they wait for the visibility timeout
 before another worker takes them over. A supervisor knows at once that the
-process died and, from its :mod:`~django_delayq.board`, which tasks'
+process died and, from its :mod:`~django_delayq.worker.board`, which tasks'
 functions were running in it, so it sorts the rest out right away, in a
 short-lived process of its own (:func:`rescue_main`):
 
@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from django.db import DatabaseError, connections, transaction
 
 from . import transitions
-from .board import Snapshot
 from .exceptions import RedisUnavailable
 from .models import DelayedTask, OutboxEntry, Status
 from .outbox import index_after_commit
@@ -52,6 +51,7 @@ from .store import streams
 from .store.connection import Client, get_client
 from .store.errors import error_text
 from .worker import Worker
+from .worker.board import Snapshot
 
 logger = logging.getLogger(__name__)
 

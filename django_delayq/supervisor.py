@@ -6,7 +6,7 @@ forks the worker processes, replaces those that die or are recycled, and
 turns SIGTERM into a graceful stop of every child, forced after a grace
 period. When a child dies, a short-lived rescue process hands back at once
 what it held (:mod:`django_delayq.rescue`), using the board the child kept
-of the tasks it was running (:mod:`django_delayq.board`). The same board
+of the tasks it was running (:mod:`django_delayq.worker.board`). The same board
 lets the supervisor enforce time limits where a child cannot: a task that
 holds the GIL in C code starves the child's own watchdog, so the supervisor
 kills a child whose task runs far past its deadline. With
@@ -42,13 +42,13 @@ from multiprocessing.context import ForkProcess
 
 from django.db import connections
 
-from .board import Board
 from .companion import STABLE_AFTER, Companion, Keeper, backoff, describe_exit
 from .rescue import NOBODY, Blame, rescue_main
 from .store import connection as redis_connection
-from .stuck import GIVE_UP_TIMEOUT
-from .time_limits import DEFAULT_GRACE, time_limit_error
 from .worker import Worker
+from .worker.board import Board
+from .worker.stuck import GIVE_UP_TIMEOUT
+from .worker.time_limits import DEFAULT_GRACE, time_limit_error
 from .worker_process import STOP_SIGNALS, Recycling, child_main
 
 logger = logging.getLogger(__name__)

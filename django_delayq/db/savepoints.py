@@ -1,6 +1,6 @@
 """Savepoints for the tasks of a group, made only when a task runs SQL.
 
-A group (:mod:`django_delayq.group_commit`) runs each task inside a
+A group (:mod:`django_delayq.worker.group_commit`) runs each task inside a
 savepoint of its own so that a task that raises takes only its own writes
 with it; most short tasks write one row or none, and the SAVEPOINT and
 RELEASE round trips were half of a worker's time for them.

@@ -10,7 +10,6 @@ import pytest
 
 from django_delayq import cancel, schedule, signals
 from django_delayq.dispatcher import Dispatcher
-from django_delayq.execution import execute, run_alone
 from django_delayq.models import DelayedTask, Status
 from django_delayq.outcomes import record_failure
 from django_delayq.registry import get
@@ -18,6 +17,7 @@ from django_delayq.store import streams
 from django_delayq.store.keys import shard_keys
 from django_delayq.text import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS
 from django_delayq.worker import Worker
+from django_delayq.worker.execution import execute, run_alone
 from tests.helpers import claim, drain, due_members, expected_score, refresh
 from tests.testapp.models import Order
 from tests.testapp.tasks import (

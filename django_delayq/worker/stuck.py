@@ -1,7 +1,7 @@
 """Giving up on a task that ran past its time limit and could not be stopped.
 
 Called from a worker's main thread while the stuck thread is still inside
-the task (see :mod:`django_delayq.time_limits`). The stuck attempt fails (and
+the task (see :mod:`django_delayq.worker.time_limits`). The stuck attempt fails (and
 is retried if attempts are left), the other tasks that thread held claimed
 go back to their due-sets without losing an attempt, and all their stream
 entries are acknowledged: the process is about to exit, and nothing it held
@@ -16,15 +16,15 @@ import threading
 
 from django.db import connections, transaction
 
-from . import transitions
-from .conf import get_settings
-from .exceptions import TimeLimitExceeded
-from .models import DelayedTask, OutboxEntry
-from .outbox import index_after_commit
-from .outcomes import record_failure, write_db
-from .store import streams
-from .store.connection import Client
-from .store.keys import shard_keys
+from .. import transitions
+from ..conf import get_settings
+from ..exceptions import TimeLimitExceeded
+from ..models import DelayedTask, OutboxEntry
+from ..outbox import index_after_commit
+from ..outcomes import record_failure, write_db
+from ..store import streams
+from ..store.connection import Client
+from ..store.keys import shard_keys
 from .time_limits import Stuck, time_limit_error
 
 logger = logging.getLogger(__name__)

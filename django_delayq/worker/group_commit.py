@@ -37,8 +37,10 @@ from typing import Any
 from django.db import connections, transaction
 from django.utils import timezone
 
-from . import registry, transitions
-from .db.savepoints import TaskSavepoints
+from .. import registry, transitions
+from ..db.savepoints import TaskSavepoints
+from ..models import DelayedTask
+from ..outcomes import Verdict, record_failure, report_start, report_success
 from .execution import (
     FAILURES,
     Fenced,
@@ -48,8 +50,6 @@ from .execution import (
     stored_value,
     time_limit_of,
 )
-from .models import DelayedTask
-from .outcomes import Verdict, record_failure, report_start, report_success
 from .time_limits import Watchdog
 
 logger = logging.getLogger(__name__)

@@ -13,16 +13,16 @@ import random
 import threading
 from collections.abc import Sequence
 
-from .conf import get_settings
-from .exceptions import RedisUnavailable
-from .ownership import check_prefix_if_reachable
-from .store import leases, streams
-from .store.connection import Client, unblock_reads
-from .store.errors import log_level
-from .store.keys import workers_key
-from .timing import retry_pause
+from ..conf import get_settings
+from ..exceptions import RedisUnavailable
+from ..ownership import check_prefix_if_reachable
+from ..store import leases, streams
+from ..store.connection import Client, unblock_reads
+from ..store.errors import log_level
+from ..store.keys import workers_key
+from ..timing import retry_pause
 
-logger = logging.getLogger("django_delayq.worker")
+logger = logging.getLogger(__name__)
 
 
 def beat_seconds(visibility_timeout: float) -> float:

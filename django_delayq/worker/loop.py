@@ -3,11 +3,12 @@
 One :class:`Worker` per ``delayq_worker`` process, with ``concurrency``
 threads, each a consumer of every shard's group, taking batches of entries
 (from the backlog, or with a blocking ``XREADGROUP``, which returns as soon
-as one entry is there) for :class:`~django_delayq.batch.Batch` to claim,
+as one entry is there) for :class:`~django_delayq.worker.batch.Batch` to claim,
 run and record in groups. An entry is acknowledged and deleted once its
 task's outcome is committed; if the worker dies first, another reclaims it
-when idle for ``VISIBILITY_TIMEOUT`` (:mod:`django_delayq.reclaim`), so the
-main thread heartbeats the entries in flight (:mod:`django_delayq.inflight`).
+when idle for ``VISIBILITY_TIMEOUT``
+(:class:`~django_delayq.worker.readers.Reclaimer`), so the main thread
+heartbeats the entries in flight (:mod:`django_delayq.worker.inflight`).
 """
 
 from __future__ import annotations
@@ -24,24 +25,24 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError, connections
 
-from . import membership, registry
+from .. import registry
+from ..conf import get_settings
+from ..db.connections import recycle_connections
+from ..exceptions import RedisUnavailable, WorkerStuck
+from ..store import streams
+from ..store.connection import Client, get_client
+from ..store.errors import error_text, log_level
+from ..store.keys import shard_keys
+from ..timing import retry_pause
+from . import membership
 from .batch import Batch
 from .board import Board
-from .conf import get_settings
-from .db.connections import recycle_connections
-from .exceptions import RedisUnavailable, WorkerStuck
 from .group_commit import DEFAULT_BUDGET, DEFAULT_MAX_SIZE, Pacer
 from .inflight import InFlight
 from .quota import Quota
-from .readers import StreamReaders, read_now
-from .reclaim import Reclaimer
-from .store import streams
-from .store.connection import Client, get_client
-from .store.errors import error_text, log_level
-from .store.keys import shard_keys
+from .readers import Reclaimer, StreamReaders, read_now
 from .stuck import give_up
 from .time_limits import DEFAULT_GRACE, Watchdog
-from .timing import retry_pause
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ class Worker:
         self.watchdog = Watchdog(DEFAULT_GRACE)
         self._reclaimer = Reclaimer(self.streams, self.visibility_timeout)
         #: on a Redis Cluster, the threads that read the streams (see
-        #: :mod:`django_delayq.readers`); on one Redis each thread reads
+        #: :mod:`django_delayq.worker.readers`); on one Redis each thread reads
         self._readers = (
             StreamReaders(
                 self.shards,
@@ -232,7 +233,7 @@ class Worker:
 
     def report_to(self, board: Board) -> None:
         """Show a supervisor what this worker runs, for when it dies
-        (see :mod:`django_delayq.board`)."""
+        (see :mod:`django_delayq.worker.board`)."""
         board.announce(self.name)
         self.watchdog.board = board
 

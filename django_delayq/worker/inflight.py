@@ -18,10 +18,10 @@ import logging
 import threading
 from collections.abc import Iterable, Sequence
 
-from .exceptions import RedisUnavailable
-from .store import streams
-from .store.connection import Client
-from .store.keys import BANDS, stream_rank
+from ..exceptions import RedisUnavailable
+from ..store import streams
+from ..store.connection import Client
+from ..store.keys import BANDS, stream_rank
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class InFlight:
 
     def take_arriving(self, count: int, timeout: float) -> list[streams.Entry]:
         """Like :meth:`take`, but wait up to ``timeout`` seconds for entries
-        when the backlog is empty (see :mod:`django_delayq.readers`)."""
+        when the backlog is empty (see :mod:`django_delayq.worker.readers`)."""
         with self._arrived:
             if not any(self._backlog):
                 self._arrived.wait(timeout)

@@ -27,9 +27,9 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from ..exceptions import TimeLimitExceeded
+from ..models import DelayedTask
 from .board import Board
-from .exceptions import TimeLimitExceeded
-from .models import DelayedTask
 
 #: How long an interrupted task may take to unwind before its thread is
 #: declared stuck.
@@ -62,7 +62,7 @@ class Watchdog:
     def __init__(self, grace: float = DEFAULT_GRACE) -> None:
         self.grace = grace
         #: where a supervised worker process shows what it runs (see
-        #: :mod:`django_delayq.board`); None when nobody watches
+        #: :mod:`django_delayq.worker.board`); None when nobody watches
         self.board: Board | None = None
         self._lock = threading.Lock()
         self._running: dict[int, Running] = {}

@@ -3,12 +3,12 @@
 1. An entry that names no task is dead-lettered; no code runs.
 2. Every other entry's task is claimed in one statement if its row is
    simply scheduled and due (the common case).
-3. The claimed tasks run in groups (:mod:`django_delayq.group_commit`),
+3. The claimed tasks run in groups (:mod:`django_delayq.worker.group_commit`),
    each group committed once and its entries acknowledged in one round trip;
    a task that cannot share a transaction (``atomic=False``, or one seen to
    be slow) runs alone.
 4. The rest (early, running, finished, missing rows, reclaimed deliveries)
-   take the one-row path (:func:`django_delayq.execution.execute`).
+   take the one-row path (:func:`django_delayq.worker.execution.execute`).
 
 ``pending`` is the batch still to handle, and this module removes each entry
 from it as soon as the entry is finished with: when a database error cuts
@@ -25,14 +25,14 @@ from typing import Any
 
 from django.utils import timezone
 
-from . import metrics, registry, transitions
-from .exceptions import TaskNotRegistered
+from .. import metrics, registry, transitions
+from ..exceptions import TaskNotRegistered
+from ..models import DelayedTask, Status
+from ..outcomes import write_db
+from ..store import activity, streams
+from ..store.connection import Client
 from .execution import Disposition, Outcome, execute, start, unknown_task
 from .group_commit import Pacer, run_group
-from .models import DelayedTask, Status
-from .outcomes import write_db
-from .store import activity, streams
-from .store.connection import Client
 from .time_limits import Abandoned, Watchdog
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Running one task on its own: decide from the row, claim it, run it, record it.
 
-Most tasks are claimed and run in groups (:mod:`django_delayq.group_commit`);
+Most tasks are claimed and run in groups (:mod:`django_delayq.worker.group_commit`);
 this module is the path for everything a group does not take: a delivery
 whose row is not simply scheduled and due (early, running, finished,
 missing), a task registered with ``atomic=False``, a task this worker does
@@ -28,12 +28,12 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from . import registry, transitions
-from .conf import get_settings
-from .exceptions import InvalidPayload, TaskNotRegistered, TimeLimitExceeded
-from .models import DelayedTask, OutboxEntry, Status
-from .outbox import index_after_commit
-from .outcomes import (
+from .. import registry, transitions
+from ..conf import get_settings
+from ..exceptions import InvalidPayload, TaskNotRegistered, TimeLimitExceeded
+from ..models import DelayedTask, OutboxEntry, Status
+from ..outbox import index_after_commit
+from ..outcomes import (
     Verdict,
     fail,
     record_failure,
@@ -42,9 +42,9 @@ from .outcomes import (
     worker_lost,
     write_db,
 )
-from .ownership import check_prefix
-from .payload import check_value
-from .store.keys import shard_keys
+from ..ownership import check_prefix
+from ..payload import check_value
+from ..store.keys import shard_keys
 from .time_limits import NO_WATCHDOG, Watchdog, time_limit_error
 
 logger = logging.getLogger(__name__)
