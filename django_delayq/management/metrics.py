@@ -15,7 +15,7 @@ from ..metrics import INSTALL
 from ..sweeper import Sweeper
 
 if TYPE_CHECKING:
-    from ..companion import Companion
+    from ..supervisor.companion import Companion
 
 logger = logging.getLogger("django_delayq.metrics")
 

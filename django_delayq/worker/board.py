@@ -4,7 +4,7 @@ A process killed by a task (``os._exit()``, a crash in C code, the kernel's
 out-of-memory killer) says nothing on its way out, and its database session
 rolls back whatever it had not committed. The supervisor still has to know
 two things to sort out what the process held at once (see
-:mod:`django_delayq.rescue`): the worker's name, which names its consumers
+:mod:`django_delayq.supervisor.rescue`): the worker's name, which names its consumers
 in the ready streams' groups, and which tasks' functions were running at
 the moment it died.
 

@@ -25,7 +25,7 @@ stops, is handed back like any backlog entry.
 
 Entries idle for longer than the visibility timeout belong to a worker that
 died or is paused (or to a supervised worker process whose rescue could not
-finish, see :mod:`django_delayq.rescue`): any thread of any worker may take
+finish, see :mod:`django_delayq.supervisor.rescue`): any thread of any worker may take
 them over with ``XAUTOCLAIM`` (:class:`Reclaimer`), and the row then decides
 what the takeover may do (:func:`django_delayq.transitions.claim`).
 """

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from types import FrameType
 
-from .exceptions import WorkerStuck
-from .worker import Worker, WorkerStats
-from .worker.board import Board
+from ..exceptions import WorkerStuck
+from ..worker import Worker, WorkerStats
+from ..worker.board import Board
 
 #: How often a child checks its task count, its memory and its parent.
 WATCH_INTERVAL = 0.1

@@ -16,7 +16,7 @@ import signal
 import time
 from typing import Protocol
 
-logger = logging.getLogger("django_delayq.supervisor")
+logger = logging.getLogger(__name__)
 
 #: A child that dies unexpectedly is replaced after 1 s, then 2 s, 4 s...
 #: up to this, so a crash loop (a broken deploy, a database refusing

@@ -42,16 +42,16 @@ from dataclasses import dataclass, field
 
 from django.db import DatabaseError, connections, transaction
 
-from . import transitions
-from .exceptions import RedisUnavailable
-from .models import DelayedTask, OutboxEntry, Status
-from .outbox import index_after_commit
-from .outcomes import Verdict, record_failure, worker_lost, write_db
-from .store import streams
-from .store.connection import Client, get_client
-from .store.errors import error_text
-from .worker import Worker
-from .worker.board import Snapshot
+from .. import transitions
+from ..exceptions import RedisUnavailable
+from ..models import DelayedTask, OutboxEntry, Status
+from ..outbox import index_after_commit
+from ..outcomes import Verdict, record_failure, worker_lost, write_db
+from ..store import streams
+from ..store.connection import Client, get_client
+from ..store.errors import error_text
+from ..worker import Worker
+from ..worker.board import Snapshot
 
 logger = logging.getLogger(__name__)
 

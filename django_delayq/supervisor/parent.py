@@ -5,7 +5,7 @@ process a :class:`Supervisor`. It runs no tasks and opens no connection: it
 forks the worker processes, replaces those that die or are recycled, and
 turns SIGTERM into a graceful stop of every child, forced after a grace
 period. When a child dies, a short-lived rescue process hands back at once
-what it held (:mod:`django_delayq.rescue`), using the board the child kept
+what it held (:mod:`django_delayq.supervisor.rescue`), using the board the child kept
 of the tasks it was running (:mod:`django_delayq.worker.board`). The same board
 lets the supervisor enforce time limits where a child cannot: a task that
 holds the GIL in C code starves the child's own watchdog, so the supervisor
@@ -42,14 +42,14 @@ from multiprocessing.context import ForkProcess
 
 from django.db import connections
 
+from ..store import connection as redis_connection
+from ..worker import Worker
+from ..worker.board import Board
+from ..worker.stuck import GIVE_UP_TIMEOUT
+from ..worker.time_limits import DEFAULT_GRACE, time_limit_error
+from .child import STOP_SIGNALS, Recycling, child_main
 from .companion import STABLE_AFTER, Companion, Keeper, backoff, describe_exit
 from .rescue import NOBODY, Blame, rescue_main
-from .store import connection as redis_connection
-from .worker import Worker
-from .worker.board import Board
-from .worker.stuck import GIVE_UP_TIMEOUT
-from .worker.time_limits import DEFAULT_GRACE, time_limit_error
-from .worker_process import STOP_SIGNALS, Recycling, child_main
 
 logger = logging.getLogger(__name__)
 
