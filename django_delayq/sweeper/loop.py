@@ -1,34 +1,7 @@
-"""The sweeper: keeps Redis in step with the rows, whatever happened.
-
-One pass, in order:
-
-1. replay the outbox (Redis writes that failed after a commit);
-2. reconcile a moving window: every ``scheduled`` row due before now +
-   ``RECONCILE_HORIZON`` (overdue ones included) that is in neither its
-   due-set nor its ready stream is indexed again: this repairs a process
-   killed between commit and the Redis write, and any Redis data loss;
-3. remove due-set members inside that window whose row is finished,
-   cancelled or gone, and correct members whose score disagrees with the row;
-4. recover stuck work: a ``running`` row that is in no ready stream (its
-   worker and its entry are gone) after ``VISIBILITY_TIMEOUT`` is scheduled
-   again, or failed when it has no attempts left;
-5. prune finished rows past their retention.
-
-Reads go rows first, then the due-set, then the stream: a task moving from
-due-set to stream meanwhile is seen in the due-set, never in neither. A row
-that looks lost or mis-scored is read again after Redis, and repaired only
-if it has not changed meanwhile: a task that ran to its end (or was retried
-or rescheduled) between the reads was never lost. Lost tasks go back oldest
-first, so after a Redis data loss the most overdue run first. Every repair
-is idempotent and fenced on the row's state, and a pass holds a Redis lock,
-so several sweepers can run at once. The cost of a pass grows with the
-window and the backlog, not with the whole table. A pass logs one line of
-counts; the tasks it repaired are named at DEBUG level.
-
-Each pass that ends (done, or skipped because another sweeper held the lock)
-says so in ``<prefix>:sweepers`` with one command, valid for
-:func:`pass_ttl` of the interval: ``delayq_status`` reads it to tell a
-deployment whose sweeper runs from one without any.
+"""The sweeper's loop and its pass: :class:`Sweeper`, and what a pass did
+(:class:`SweepResult`). What a pass does, and in which order, is said in
+:mod:`django_delayq.sweeper`; the repairs of one shard are in
+:mod:`~django_delayq.sweeper.shard_repair`.
 """
 
 from __future__ import annotations
@@ -41,21 +14,21 @@ import threading
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 
 from django.db import DatabaseError, router
 from django.utils import timezone
 
-from .conf import get_settings
-from .exceptions import RedisUnavailable
-from .models import DelayedTask, Status
-from .outbox import replay_outbox
-from .ownership import check_prefix_if_reachable
-from .shard_repair import repair_shard
-from .store import leases
-from .store.connection import Client, get_client
-from .store.errors import error_text, log_level
-from .store.keys import sweeper_lock_key, sweepers_key
-from .sweep_result import SweepResult
+from ..conf import get_settings
+from ..exceptions import RedisUnavailable
+from ..models import DelayedTask, Status
+from ..outbox import replay_outbox
+from ..ownership import check_prefix_if_reachable
+from ..store import leases
+from ..store.connection import Client, get_client
+from ..store.errors import error_text, log_level
+from ..store.keys import shard_keys, sweeper_lock_key, sweepers_key
+from .shard_repair import Repairs, ShardRows, Window, repair_shard
 
 __all__ = ["BATCH", "LOCK_MS", "SweepResult", "Sweeper", "pass_ttl"]
 
@@ -82,12 +55,65 @@ def pass_ttl(interval: float) -> float:
     return max(MISSED_PASSES * interval, MIN_PASS_TTL)
 
 
+@dataclass
+class SweepResult:
+    """What one pass did; ``str()`` is the line a pass logs."""
+
+    replayed: int = 0
+    reindexed: int = 0
+    removed: int = 0
+    corrected: int = 0
+    recovered: int = 0
+    failed: int = 0
+    pruned: int = 0
+    #: keys of a shard that held another type (set by hand?), deleted
+    replaced: int = 0
+    #: shards left for a later pass because their Redis did not answer (a
+    #: Redis Cluster node failing over; on one Redis the pass fails instead)
+    unreachable: int = 0
+    skipped: bool = False  # another sweeper held the lock
+    #: when the most overdue of the reindexed tasks was due
+    oldest_lost: datetime.datetime | None = None
+
+    def __str__(self) -> str:
+        if self.skipped:
+            return "skipped: another sweeper is running a pass"
+        text = ", ".join(
+            f"{f.name} {getattr(self, f.name)}"
+            for f in fields(self)
+            if f.type in (int, "int")
+        )
+        if self.oldest_lost is not None:
+            due = self.oldest_lost.isoformat(sep=" ", timespec="milliseconds")
+            text += f" (the oldest reindexed task was due at {due})"
+        return text
+
+    @property
+    def repaired(self) -> int:
+        return (
+            self.reindexed
+            + self.removed
+            + self.corrected
+            + self.recovered
+            + self.replaced
+        )
+
+    def add(self, repairs: Repairs) -> None:
+        """Count one shard's repairs in the pass."""
+        for f in fields(repairs):
+            if f.name != "oldest_lost":
+                setattr(self, f.name, getattr(self, f.name) + getattr(repairs, f.name))
+        lost = repairs.oldest_lost
+        if lost is not None and (self.oldest_lost is None or lost < self.oldest_lost):
+            self.oldest_lost = lost
+
+
 class _LockLost(Exception):
     pass
 
 
 class Sweeper:
-    """Run sweep passes; see the module docstring for what one pass does.
+    """Run sweep passes; see :mod:`django_delayq.sweeper` for what one pass does.
 
     :param progress: called with a line of text when a pass has a lot to do.
     """
@@ -271,23 +297,18 @@ class Sweeper:
         if todo > 10 * BATCH:
             self.progress(f"reconciling {todo} scheduled rows due before {horizon}")
         shards = set(scheduled) | set(running) | self._configured_shards()
+        window = Window(self.db, client, now, horizon)
         answered = False
         error: RedisUnavailable | None = None
         for queue, shard in sorted(shards):
             self._renew_lock()
             try:
-                repair_shard(
-                    self.db,
-                    self.settings.key_prefix,
-                    client,
-                    queue,
-                    shard,
+                rows = ShardRows(
+                    shard_keys(self.settings.key_prefix, queue, shard),
                     scheduled.get((queue, shard), []),
                     running.get((queue, shard), []),
-                    now,
-                    horizon,
-                    result,
                 )
+                result.add(repair_shard(window, rows))
             except RedisUnavailable as exc:
                 if not self.settings.cluster:
                     raise  # one Redis: every other shard fails the same way

@@ -2,7 +2,7 @@
 scores corrected, ghosts removed, stuck running tasks recovered.
 
 On a Redis Cluster each shard is one slot, so a node that fails fails its
-shards only; :class:`django_delayq.sweeper.Sweeper` goes on with the others.
+shards only; :class:`~django_delayq.sweeper.Sweeper` goes on with the others.
 See the sweeper's docstring for the order of reads and why a row that looks
 lost is read again before it is repaired.
 """
@@ -12,39 +12,64 @@ from __future__ import annotations
 import datetime
 import logging
 import uuid
+from dataclasses import dataclass
 
 from django.db import transaction
 
-from . import transitions
-from .models import DelayedTask, OutboxEntry, Status
-from .outbox import entry_of, index_after_commit
-from .outcomes import fail, worker_lost
-from .store import broken, index, inspect
-from .store.connection import Client
-from .store.keys import ShardKeys, encode_member, shard_keys
-from .sweep_result import SweepResult
-from .timing import to_score
+from .. import transitions
+from ..models import DelayedTask, OutboxEntry, Status
+from ..outbox import entry_of, index_after_commit
+from ..outcomes import fail, worker_lost
+from ..store import broken, index, inspect
+from ..store.connection import Client
+from ..store.keys import ShardKeys, encode_member
+from ..timing import to_score
 
-logger = logging.getLogger("django_delayq.sweeper")
+logger = logging.getLogger(__name__)
 
 
-def repair_shard(
-    db: str,
-    key_prefix: str,
-    client: Client,
-    queue: str,
-    shard: int,
-    rows: list[DelayedTask],
-    running: list[DelayedTask],
-    now: datetime.datetime,
-    horizon: datetime.datetime,
-    result: SweepResult,
-) -> None:
-    """Reconcile one shard's rows with its due-set and ready stream:
-    ``rows`` are its scheduled rows due before ``horizon``, ``running`` its
-    rows running since before the visibility timeout; counts go to
-    ``result``."""
-    keys = shard_keys(key_prefix, queue, shard)
+@dataclass(frozen=True)
+class Window:
+    """What one pass reconciles, shard by shard: the rows of ``db`` against
+    the Redis of ``client``, up to ``horizon``, as of ``now``."""
+
+    db: str
+    client: Client
+    now: datetime.datetime
+    horizon: datetime.datetime
+
+
+@dataclass(frozen=True)
+class ShardRows:
+    """One shard's rows, as the pass read them before it read Redis."""
+
+    keys: ShardKeys
+    #: its scheduled rows due before the horizon, the most overdue first
+    scheduled: list[DelayedTask]
+    #: its rows running since before the visibility timeout
+    running: list[DelayedTask]
+
+
+@dataclass
+class Repairs:
+    """What the repair of one shard did; a pass adds them up."""
+
+    reindexed: int = 0
+    removed: int = 0
+    corrected: int = 0
+    recovered: int = 0
+    failed: int = 0
+    #: keys of a shard that held another type (set by hand?), deleted
+    replaced: int = 0
+    #: when the most overdue of the reindexed tasks was due
+    oldest_lost: datetime.datetime | None = None
+
+
+def repair_shard(window: Window, shard: ShardRows) -> Repairs:
+    """Reconcile one shard's rows with its due-sets and ready streams."""
+    db, client, keys = window.db, window.client, shard.keys
+    rows = shard.scheduled
+    result = Repairs()
     # A key of another type (set by hand?) fails every command on it:
     # replace it first, and what it indexed is indexed again below.
     result.replaced += broken.replace_wrong_types(
@@ -75,15 +100,16 @@ def repair_shard(
         index.add([entry_of(row) for row in lost + wrong], client)
         result.reindexed += len(lost)
         result.corrected += len(wrong)
-        if lost and (result.oldest_lost is None or lost[0].run_at < result.oldest_lost):
+        if lost:
             result.oldest_lost = lost[0].run_at
         for row in lost:
             logger.debug("sweep: task %s was missing from Redis; indexed again", row.pk)
     for due in keys.due_bands:
-        result.removed += _remove_ghosts(db, client, due, queue, shard, horizon)
-    for row in running:
+        result.removed += _remove_ghosts(window, due)
+    for row in shard.running:
         if row.pk not in in_stream:
-            _recover(db, row, now, result)
+            _recover(window, row, result)
+    return result
 
 
 def _misplaced(
@@ -133,17 +159,11 @@ def _unchanged(db: str, rows: list[DelayedTask]) -> set[uuid.UUID]:
     return {row.pk for row in rows if now.get(row.pk) == (row.run_at, row.attempts)}
 
 
-def _remove_ghosts(
-    db: str,
-    client: Client,
-    due: str,
-    queue: str,
-    shard: int,
-    horizon: datetime.datetime,
-) -> int:
+def _remove_ghosts(window: Window, due: str) -> int:
     """Remove members in the window whose row is not scheduled (or is gone)."""
+    db, client = window.db, window.client
     removed = 0
-    for page in inspect.due_members(client, due, to_score(horizon)):
+    for page in inspect.due_members(client, due, to_score(window.horizon)):
         ids = [task_id for task_id, _, _ in page if task_id is not None]
         still = set(
             DelayedTask.objects.using(db)
@@ -158,10 +178,9 @@ def _remove_ghosts(
     return removed
 
 
-def _recover(
-    db: str, row: DelayedTask, now: datetime.datetime, result: SweepResult
-) -> None:
+def _recover(window: Window, row: DelayedTask, result: Repairs) -> None:
     """A running row whose worker and stream entry are both gone."""
+    db = window.db
     if transitions.claimed_in_batch(row):
         # Claimed in a batch whose worker is gone: nothing says it ever
         # started, so it goes back uncounted (see transitions).
@@ -183,7 +202,7 @@ def _recover(
             result.failed += 1
         return
     with transaction.atomic(using=db):
-        if transitions.recover(row, now, error, db):
+        if transitions.recover(row, window.now, error, db):
             index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
             result.recovered += 1
             logger.warning("sweep: task %s: %s; scheduled again", row.pk, error)
