@@ -22,6 +22,7 @@ from ..exceptions import RedisUnavailable
 from ..store import leases as store
 from ..store.connection import Client
 from ..store.keys import ShardKeys, handover_key
+from ..timing import Backoff
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +50,11 @@ class Shard:
     #: monotonic time at which the shard's earliest task is due; None if the
     #: due-set is empty (or the shard is not owned).
     due_at: float | None = None
-    #: consecutive moves that failed on a Redis error (its node is down)
-    failures: int = 0
+    #: moves that failed in a row on a Redis error (its node is down)
+    backoff: Backoff = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.backoff = Backoff(f"dispatcher: shard {self.label}", logger)
 
     @property
     def label(self) -> str:

@@ -33,9 +33,8 @@ from ..ownership import (
 )
 from ..store import index, wake_lists
 from ..store.connection import Client, get_client
-from ..store.errors import log_level
 from ..store.keys import dispatchers_key, handover_key, shard_keys
-from ..timing import retry_pause
+from ..timing import Backoff
 from .leases import DispatchStats, Leases, Shard
 from .wakeups import WakeListener
 
@@ -117,7 +116,7 @@ class Dispatcher:
             self._listener.start()
         next_leases = next_owner_check = 0.0
         backstop = time.monotonic() + self.max_wait
-        failures = 0
+        backoff = Backoff("dispatcher", logger)
         try:
             while not self._stopping.is_set():
                 try:
@@ -145,25 +144,11 @@ class Dispatcher:
                     self._wake.clear()  # before draining: no wake-up is lost
                     self._take_woken(now)
                     self._drain(client, once)
-                    if failures:
-                        logger.warning(
-                            "dispatcher: Redis answers again, after %d failed "
-                            "attempt(s)",
-                            failures,
-                        )
-                    failures = 0
+                    backoff.answered()
                 except RedisUnavailable as exc:
                     if once:
                         raise  # one pass asked for: say it could not be made
-                    failures += 1
-                    pause = retry_pause(failures)
-                    logger.log(
-                        log_level(exc),
-                        "dispatcher: Redis error (%s); retrying in %.1f s",
-                        exc,
-                        pause,
-                    )
-                    self._stopping.wait(pause)
+                    self._stopping.wait(backoff.failed(exc))
                     continue
                 if once:
                     break
@@ -210,32 +195,16 @@ class Dispatcher:
                 answered = answered or not exc.unreachable
                 continue
             answered = True
-            if shard.failures:
-                logger.warning(
-                    "dispatcher: shard %s: Redis answers again, after %d failed "
-                    "attempt(s)",
-                    shard.label,
-                    shard.failures,
-                )
-                shard.failures = 0
+            shard.backoff.answered()
         if failed and (once or not (answered or self._cluster)):
             raise failed[-1][1]
         for shard, error in failed:
-            shard.failures += 1
             # Capped low, so that a shard moves again soon after its node's
             # failover; a node that refuses connections costs nothing much.
             # An error Redis answered with (a key of the wrong type) lasts
             # until the sweeper's next pass: no need to ask every second.
             cap = 1.0 if error.unreachable else 30.0
-            pause = retry_pause(shard.failures, cap=cap)
-            shard.due_at = time.monotonic() + pause
-            logger.log(
-                log_level(error),
-                "dispatcher: shard %s: Redis error (%s); retrying it in %.1f s",
-                shard.label,
-                error,
-                pause,
-            )
+            shard.due_at = time.monotonic() + shard.backoff.failed(error, cap=cap)
 
     def _drain_shard(self, client: Client, shard: Shard) -> None:
         """Move what is due on one shard, and time its next due task."""

@@ -29,8 +29,7 @@ from ..conf import get_settings
 from ..exceptions import RedisUnavailable
 from ..store import wake_lists
 from ..store.connection import BLOCK_SECONDS, Client, get_client
-from ..store.errors import log_level
-from ..timing import retry_pause
+from ..timing import Backoff
 from .leases import Shard
 
 logger = logging.getLogger(__name__)
@@ -132,15 +131,13 @@ class WakeListener:
 
     def _wait_for_handovers(self, key: str) -> None:
         client = get_client("blocking")
-        failures = 0
+        backoff = _quiet_backoff("dispatcher handover listener")
         while not self.stopping.is_set():
             try:
                 pushed = wake_lists.wait(client, [key], BLOCK_SECONDS)
-                failures = 0
+                backoff.answered()
             except RedisUnavailable as exc:
-                failures += 1
-                logger.debug("dispatcher handover listener: %s", exc)
-                self.stopping.wait(retry_pause(failures))
+                self.stopping.wait(backoff.failed(exc))
                 continue
             if pushed is not None and not self.stopping.is_set():
                 self._handed_over.set()
@@ -175,7 +172,7 @@ class _Group:
     def _listen(self) -> None:
         listener = self.listener
         client = get_client("blocking")
-        failures = 0
+        backoff = _quiet_backoff("dispatcher listener")
         while not listener.stopping.is_set():
             self._leases_changed.clear()
             by_key = {s.keys.wake: s for s in self.shards if s.owned}
@@ -193,10 +190,12 @@ class _Group:
                         # Handed back while we were blocked: the wake-up is
                         # for the shard's new owner, so put it back.
                         wake_lists.wake(client, name)
-                failures = 0
+                backoff.answered()
             except RedisUnavailable as exc:
-                failures += 1
-                logger.log(
-                    log_level(exc, logging.DEBUG), "dispatcher listener: %s", exc
-                )
-                listener.stopping.wait(retry_pause(failures))
+                listener.stopping.wait(backoff.failed(exc))
+
+
+def _quiet_backoff(who: str) -> Backoff:
+    """A listener's errors: at DEBUG level (the loop logs the outage, and a
+    listener sees it again on every try), with no line when it is over."""
+    return Backoff(who, logger, level=logging.DEBUG, again=None)

@@ -16,6 +16,8 @@ import signal
 import time
 from typing import Protocol
 
+from ..timing import Backoff
+
 logger = logging.getLogger(__name__)
 
 #: A child that dies unexpectedly is replaced after 1 s, then 2 s, 4 s...
@@ -27,10 +29,11 @@ MAX_RESTART_DELAY = 30.0
 STABLE_AFTER = 60.0
 
 
-def backoff(failures: int) -> float:
-    """Seconds before the next start after ``failures`` (0, 1, ...) earlier
-    deaths in a row: 1, 2, 4... up to :data:`MAX_RESTART_DELAY`."""
-    return min(2.0**failures, MAX_RESTART_DELAY)
+def restart_backoff(*, grace: int = 0) -> Backoff:
+    """The waits before restarting a child that keeps dying (or cannot be
+    started): 1 s, 2 s, 4 s... up to :data:`MAX_RESTART_DELAY`, after
+    ``grace`` restarts at once."""
+    return Backoff(base=0.5, cap=MAX_RESTART_DELAY, grace=grace)
 
 
 def describe_exit(code: int | None) -> str:
@@ -61,7 +64,8 @@ class Keeper:
 
     def __init__(self, companion: Companion) -> None:
         self.companion = companion
-        self._failures = 0  # deaths (or failed starts) in a row
+        # deaths (or failed starts) in a row; the first is restarted at once
+        self._backoff = restart_backoff(grace=1)
         self._started = time.monotonic()
 
     @property
@@ -74,9 +78,8 @@ class Keeper:
         pid, code = self.companion.reap()
         lived = time.monotonic() - self._started
         if lived >= STABLE_AFTER:
-            self._failures = 0
-        delay = backoff(self._failures - 1) if self._failures else 0.0
-        self._failures += 1
+            self._backoff.answered()
+        delay = self._backoff.failed()
         logger.error(
             "delayq_worker: the %s (process %d) %s after %.1f s; restarting it in %g s",
             self.companion.name,
@@ -94,8 +97,7 @@ class Keeper:
         try:
             pid = self.companion.restart()
         except Exception as exc:  # the workers go on; their metrics come back
-            self._failures += 1
-            delay = backoff(self._failures - 1)
+            delay = self._backoff.failed()
             logger.error(
                 "delayq_worker: the %s could not be restarted (%s); trying again "
                 "in %g s",

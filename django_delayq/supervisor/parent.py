@@ -43,12 +43,19 @@ from multiprocessing.context import ForkProcess
 from django.db import connections
 
 from ..store import connection as redis_connection
+from ..timing import Backoff
 from ..worker import Worker
 from ..worker.board import Board
 from ..worker.stuck import GIVE_UP_TIMEOUT
 from ..worker.time_limits import DEFAULT_GRACE, time_limit_error
 from .child import STOP_SIGNALS, Recycling, child_main
-from .companion import STABLE_AFTER, Companion, Keeper, backoff, describe_exit
+from .companion import (
+    STABLE_AFTER,
+    Companion,
+    Keeper,
+    describe_exit,
+    restart_backoff,
+)
 from .rescue import NOBODY, Blame, rescue_main
 
 logger = logging.getLogger(__name__)
@@ -123,7 +130,8 @@ class Supervisor:
         #: companion, at _COMPANION)
         self._restarts: dict[int, float] = {}
         #: slot -> how many of its children died in a row, for the back-off
-        self._failures: dict[int, int] = {}
+        #: each slot's child deaths in a row
+        self._backoffs: dict[int, Backoff] = {}
         self._stopping = False
         self._deadline: float | None = None
         self._next_limits = 0.0
@@ -281,13 +289,13 @@ class Supervisor:
                 pid,
                 reason,
             )
-            self._failures[child.slot] = 0
+            self._backoffs.pop(child.slot, None)
             self._start(child.slot, replacing=True)
             return
         lived = time.monotonic() - child.started
-        failures = 0 if lived >= STABLE_AFTER else self._failures.get(child.slot, 0)
-        self._failures[child.slot] = failures + 1
-        delay = backoff(failures)
+        if lived >= STABLE_AFTER:
+            self._backoffs.pop(child.slot, None)
+        delay = self._backoffs.setdefault(child.slot, restart_backoff()).failed()
         logger.error(
             "delayq_worker: worker process %d %s after %.1f s; starting another "
             "in %g s",

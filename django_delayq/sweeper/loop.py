@@ -26,8 +26,9 @@ from ..outbox import replay_outbox
 from ..ownership import check_prefix_if_reachable
 from ..store import leases
 from ..store.connection import Client, get_client
-from ..store.errors import error_text, log_level
+from ..store.errors import error_text
 from ..store.keys import shard_keys, sweeper_lock_key, sweepers_key
+from ..timing import Backoff
 from .shard_repair import Repairs, ShardRows, Window, repair_shard
 
 __all__ = ["BATCH", "LOCK_MS", "SweepResult", "Sweeper", "pass_ttl"]
@@ -133,19 +134,22 @@ class Sweeper:
         """Sweep every ``interval`` seconds until :meth:`stop`; return the last pass."""
         result = SweepResult()
         first = True
-        failed = 0  # passes in a row that Redis or the database cut short
+        # Passes in a row that Redis or the database cut short: each waits
+        # the interval, as a pass that worked does.
+        backoff = Backoff(
+            "sweep",
+            logger,
+            base=interval / 2,
+            cap=interval,
+            again="Redis and the database answer again",
+            tries="pass(es)",
+        )
         self._lock_ms = max(2000, int(2 * interval * 1000))
         self._interval = interval
         while not self._stopping.is_set():
             try:
                 result = self.sweep()
-                if failed:
-                    logger.warning(
-                        "sweep: Redis and the database answer again, after %d "
-                        "failed pass(es)",
-                        failed,
-                    )
-                failed = 0
+                backoff.answered()
                 if (
                     result.repaired
                     or result.replayed
@@ -164,13 +168,7 @@ class Sweeper:
             except (RedisUnavailable, DatabaseError) as exc:
                 if once:
                     raise
-                failed += 1
-                logger.log(
-                    log_level(exc),
-                    "sweep: %s; trying again in %.0f s",
-                    error_text(exc),
-                    interval,
-                )
+                backoff.failed(exc)  # the wait is the interval, below
             if once:
                 # A pass run from cron stays counted for a few --interval.
                 return result

@@ -28,12 +28,11 @@ from django.db import DatabaseError, connections
 from .. import registry
 from ..conf import get_settings
 from ..db.connections import recycle_connections
-from ..exceptions import RedisUnavailable, WorkerStuck
+from ..exceptions import WorkerStuck
 from ..store import streams
 from ..store.connection import Client, get_client
-from ..store.errors import error_text, log_level
 from ..store.keys import shard_keys
-from ..timing import retry_pause
+from ..timing import Backoff
 from . import membership
 from .batch import Batch
 from .board import Board
@@ -281,14 +280,14 @@ class Worker:
             early_wait=min(self.visibility_timeout / 3, 5.0),
             watchdog=self.watchdog,
         )
-        failures = 0
+        backoff = Backoff(f"worker {consumer}", logger, again="working again")
         try:
             while not self._stopping.is_set():
                 pending: list[streams.Entry] = []
                 try:
                     pending = self._next(client, consumer, once)
                     if not pending:
-                        failures = self._answering(consumer, failures)
+                        backoff.answered()
                         if once:
                             return
                         continue
@@ -298,7 +297,7 @@ class Worker:
                     counts = batch.handle(pending)
                     self._count("processed", counts.processed)
                     self._count("dead_lettered", counts.dead_lettered)
-                    failures = self._answering(consumer, failures)
+                    backoff.answered()
                 except DatabaseError as exc:
                     # Keep what is left (heartbeated) and try it first once
                     # the database answers, instead of waiting for a reclaim.
@@ -311,15 +310,13 @@ class Worker:
                     )
                     if once:
                         return self._end_pass(exc)
-                    failures += 1
-                    self._pause(consumer, exc, failures)
+                    self._pause(backoff, exc)
                 except Exception as exc:
                     # Reclaimed after the visibility timeout; the rows decide.
                     self._in_flight.release(pending)
                     if once:
                         return self._end_pass(exc)
-                    failures += 1
-                    self._pause(consumer, exc, failures)
+                    self._pause(backoff, exc)
         except BaseException:
             self._crashed.set()
             logger.exception("worker %s: thread stopped by an error", consumer)
@@ -334,26 +331,9 @@ class Worker:
         self._pass_error = self._pass_error or exc
         self.stop()
 
-    def _answering(self, consumer: str, failures: int) -> int:
-        """Say so when a thread works again after errors; the new count."""
-        if failures:
-            again = "worker %s: working again, after %d failed attempt(s)"
-            logger.warning(again, consumer, failures)
-        return 0
-
-    def _pause(self, consumer: str, exc: Exception, failures: int) -> None:
+    def _pause(self, backoff: Backoff, exc: Exception) -> None:
         self._count("errors")
-        pause = retry_pause(failures)
-        if isinstance(exc, RedisUnavailable | DatabaseError):
-            text, level = error_text(exc), log_level(exc)
-            logger.log(
-                level, "worker %s: %s; retrying in %.1f s", consumer, text, pause
-            )
-        else:
-            logger.error(
-                "worker %s: unexpected error; carrying on", consumer, exc_info=exc
-            )
-        self._stopping.wait(pause)
+        self._stopping.wait(backoff.failed(exc))
 
     def _next(self, client: Client, consumer: str, once: bool) -> list[streams.Entry]:
         """The next entries to run: from this process's backlog, or read anew.

@@ -20,7 +20,7 @@ from ..store import leases, streams
 from ..store.connection import Client, unblock_reads
 from ..store.errors import log_level
 from ..store.keys import workers_key
-from ..timing import retry_pause
+from ..timing import Backoff
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def join(
 ) -> bool:
     """Create the consumer groups, waiting for Redis if it is not up yet
     (with ``once``, raise instead); False if stopped while waiting."""
-    failures = 0
+    backoff = Backoff(f"worker {name}", logger, base=0.5, cap=10.0, again=None)
     while not stopping.is_set():
         try:
             check_prefix_if_reachable()
@@ -50,16 +50,7 @@ def join(
         except RedisUnavailable as exc:
             if once:
                 raise
-            failures += 1
-            pause = retry_pause(failures, base=0.5, cap=10.0)
-            logger.log(
-                log_level(exc),
-                "worker %s: Redis unavailable (%s); retrying in %.0f s",
-                name,
-                exc,
-                pause,
-            )
-            stopping.wait(pause)
+            stopping.wait(backoff.failed(exc))
     return False
 
 

@@ -40,9 +40,8 @@ from collections.abc import Callable, Sequence
 from ..exceptions import RedisUnavailable
 from ..store import streams
 from ..store.connection import Client, get_client
-from ..store.errors import error_text, log_level
 from ..store.keys import BANDS
-from ..timing import retry_pause
+from ..timing import Backoff
 from .inflight import InFlight
 
 logger = logging.getLogger(__name__)
@@ -153,7 +152,9 @@ class StreamReaders:
     def _read(self, bands: tuple[str, ...]) -> None:
         client = get_client("blocking")
         consumer = self.consumers[bands]
-        failures = 0
+        # Capped low: a failing node costs a refused connection a second,
+        # and its shard is read again soon after a failover.
+        backoff = Backoff(f"worker {consumer}", logger, cap=1.0, again="reading again")
         while not self.stopping.is_set():
             if self.in_flight.waiting() >= self.backlog_limit():
                 self._room.clear()
@@ -169,26 +170,9 @@ class StreamReaders:
                     count=self.batch(),
                     block_ms=self.block_ms,
                 )
-                if failures:
-                    logger.warning(
-                        "worker %s: reading again, after %d failed attempt(s)",
-                        consumer,
-                        failures,
-                    )
-                failures = 0
+                backoff.answered()
             except RedisUnavailable as exc:
-                failures += 1
-                # Capped low: a failing node costs a refused connection a
-                # second, and its shard is read again soon after a failover.
-                pause = retry_pause(failures, cap=1.0)
-                logger.log(
-                    log_level(exc),
-                    "worker %s: %s; retrying in %.1f s",
-                    consumer,
-                    error_text(exc),
-                    pause,
-                )
-                self.stopping.wait(pause)
+                self.stopping.wait(backoff.failed(exc))
                 continue
             if read:
                 self.in_flight.hold(read, consumer)
