@@ -14,13 +14,13 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..exceptions import RedisUnavailable
 from ..store import leases as store
 from ..store.connection import Client
+from ..store.errors import FAILED, Answers
 from ..store.keys import ShardKeys, handover_key
 from ..timing import Backoff
 
@@ -104,7 +104,7 @@ class Leases:
         one node fails over (a lease that expires meanwhile is fenced in
         ``move.lua``). Only when nothing answered is the error raised.
         """
-        calls = _Calls()
+        calls = Answers()
         ttl_ms = int(self.ttl * 1000)
         self._checks += 1
         if self._checks % 2 == 1 or recount:
@@ -112,7 +112,7 @@ class Leases:
             # four): it only balances shards, so it may lag a little, and an
             # idle dispatcher spends fewer Redis commands. When it fails,
             # the last count stands.
-            alive = calls.make(
+            alive = calls.call(
                 store.beat,
                 client,
                 self.members_key,
@@ -120,7 +120,7 @@ class Leases:
                 2 * ttl_ms,
                 prune=self._checks % 10 == 1,
             )
-            if alive is not _FAILED:
+            if alive is not FAILED:
                 self._alive = int(alive)
         fair = math.ceil(len(self.shards) / max(self._alive, 1))
         changed = self._renew(client, ttl_ms, calls)
@@ -130,14 +130,14 @@ class Leases:
             if shard.owned:
                 continue
             if owned >= fair:
-                lease = calls.make(store.is_held, client, shard.keys.lease)
-                if lease is _FAILED:
+                lease = calls.call(store.is_held, client, shard.keys.lease)
+                if lease is FAILED:
                     continue
                 shard.unowned_checks = shard.unowned_checks + 1 if not lease else 0
                 if shard.unowned_checks < 2:
                     continue
             if (
-                calls.make(store.take, client, shard.keys.lease, self.token, ttl_ms)
+                calls.call(store.take, client, shard.keys.lease, self.token, ttl_ms)
                 is True
             ):
                 shard.unowned_checks = 0
@@ -156,10 +156,10 @@ class Leases:
                 # dead dispatcher. Balance again once things settle.
                 break
             if shard.owned and owned > fair:
-                released = calls.make(
+                released = calls.call(
                     store.release, client, shard.keys.lease, self.token
                 )
-                if released is _FAILED:
+                if released is FAILED:
                     continue
                 shard.owned = False
                 shard.due_at = None
@@ -169,21 +169,21 @@ class Leases:
         calls.raise_if_none_answered()
         return changed
 
-    def _renew(self, client: Client, ttl_ms: int, calls: _Calls) -> bool:
+    def _renew(self, client: Client, ttl_ms: int, calls: Answers) -> bool:
         """Renew every owned lease in one round trip (one per lease if that
         failed); True if one was lost."""
         owned = [s for s in self.shards if s.owned]
         if not owned:
             return False
         keys = [s.keys.lease for s in owned]
-        renewed: list[Any] = calls.make(
+        renewed: list[Any] = calls.call(
             store.renew_all, client, keys, self.token, ttl_ms
         )
-        if renewed is _FAILED:
+        if renewed is FAILED:
             # A node is down (a cluster failing over): renew lease by lease,
             # so the shards of the nodes that answer keep theirs.
             renewed = [
-                calls.make(store.take, client, key, self.token, ttl_ms) for key in keys
+                calls.call(store.take, client, key, self.token, ttl_ms) for key in keys
             ]
         lost = False
         for shard, outcome in zip(owned, renewed, strict=True):
@@ -214,30 +214,3 @@ class Leases:
             store.hand_over(client, self.members_key, self.token, handover)
         else:
             store.leave(client, self.members_key, self.token)
-
-
-#: What a failed call of :class:`_Calls` returns.
-_FAILED: Any = object()
-
-
-class _Calls:
-    """Redis calls of one lease check: a failed call returns :data:`_FAILED`
-    and is remembered, so the check goes on with the shards that answer."""
-
-    def __init__(self) -> None:
-        self.answered = 0
-        self.error: RedisUnavailable | None = None
-
-    def make(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        try:
-            result = function(*args, **kwargs)
-        except RedisUnavailable as exc:
-            self.error = exc
-            return _FAILED
-        self.answered += 1
-        return result
-
-    def raise_if_none_answered(self) -> None:
-        """Raise the last error if no call answered (Redis is down)."""
-        if self.error is not None and not self.answered:
-            raise self.error

@@ -33,6 +33,7 @@ from ..ownership import (
 )
 from ..store import index, wake_lists
 from ..store.connection import Client, get_client
+from ..store.errors import Answers
 from ..store.keys import dispatchers_key, handover_key, shard_keys
 from ..timing import Backoff
 from .leases import DispatchStats, Leases, Shard
@@ -184,7 +185,7 @@ class Dispatcher:
         """
         now = time.monotonic()
         failed: list[tuple[Shard, RedisUnavailable]] = []
-        answered = False
+        answers = Answers()
         for shard in self.shards:
             if not shard.owned or shard.due_at is None or shard.due_at > now:
                 continue
@@ -192,12 +193,16 @@ class Dispatcher:
                 self._drain_shard(client, shard)
             except RedisUnavailable as exc:
                 failed.append((shard, exc))
-                answered = answered or not exc.unreachable
+                # An error Redis answered with (a key of the wrong type) is
+                # an answer: Redis is up.
+                answers.failed(exc, answered=not exc.unreachable)
                 continue
-            answered = True
+            answers.answer()
             shard.backoff.answered()
-        if failed and (once or not (answered or self._cluster)):
+        if failed and once:
             raise failed[-1][1]
+        if not self._cluster:
+            answers.raise_if_none_answered()
         for shard, error in failed:
             # Capped low, so that a shard moves again soon after its node's
             # failover; a node that refuses connections costs nothing much.

@@ -26,7 +26,7 @@ from ..outbox import replay_outbox
 from ..ownership import check_prefix_if_reachable
 from ..store import leases
 from ..store.connection import Client, get_client
-from ..store.errors import error_text
+from ..store.errors import Answers, error_text
 from ..store.keys import shard_keys, sweeper_lock_key, sweepers_key
 from ..timing import Backoff
 from .shard_repair import Repairs, ShardRows, Window, repair_shard
@@ -296,8 +296,7 @@ class Sweeper:
             self.progress(f"reconciling {todo} scheduled rows due before {horizon}")
         shards = set(scheduled) | set(running) | self._configured_shards()
         window = Window(self.db, client, now, horizon)
-        answered = False
-        error: RedisUnavailable | None = None
+        answers = Answers()
         for queue, shard in sorted(shards):
             self._renew_lock()
             try:
@@ -310,7 +309,7 @@ class Sweeper:
             except RedisUnavailable as exc:
                 if not self.settings.cluster:
                     raise  # one Redis: every other shard fails the same way
-                error = exc
+                answers.failed(exc)
                 result.unreachable += 1
                 logger.warning(
                     "sweep: shard %s:%d left for a later pass (%s)",
@@ -319,9 +318,9 @@ class Sweeper:
                     error_text(exc),
                 )
                 continue
-            answered = True
-        if error is not None and not answered:
-            raise error  # no node answered: the pass failed as a whole
+            answers.answer()
+        # No node answered: the pass failed as a whole.
+        answers.raise_if_none_answered()
 
     def _configured_shards(self) -> set[tuple[str, int]]:
         return {

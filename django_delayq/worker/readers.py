@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from ..exceptions import RedisUnavailable
 from ..store import streams
 from ..store.connection import Client, get_client
+from ..store.errors import Answers
 from ..store.keys import BANDS
 from ..timing import Backoff
 from .inflight import InFlight
@@ -208,8 +209,7 @@ class Reclaimer:
                 return []
             self._next = now + max(self.visibility_timeout / 2, 0.1)
         min_idle_ms = int(self.visibility_timeout * 1000)
-        error: RedisUnavailable | None = None
-        answered = False
+        answers = Answers()
         for stream, start in list(self._cursors.items()):
             try:
                 entries, cursor = streams.reclaim(
@@ -223,9 +223,9 @@ class Reclaimer:
             except RedisUnavailable as exc:
                 # On a Redis Cluster this stream's node may be failing over:
                 # the others are still worth a look.
-                error = exc
+                answers.failed(exc)
                 continue
-            answered = True
+            answers.answer()
             self._cursors[stream] = cursor
             if entries:
                 logger.warning(
@@ -238,6 +238,5 @@ class Reclaimer:
                 with self._lock:
                     self._next = 0.0  # there may be more
                 return entries
-        if error is not None and not answered:
-            raise error
+        answers.raise_if_none_answered()
         return []
