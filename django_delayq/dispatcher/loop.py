@@ -17,15 +17,13 @@ a poll every few ms.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Sequence
 
 from ..conf import get_settings
 from ..exceptions import RedisUnavailable
+from ..ids import process_name
 from ..ownership import (
     OWNER_CHECK_INTERVAL,
     OWNER_RETRY_INTERVAL,
@@ -78,7 +76,7 @@ class Dispatcher:
         self.prefix = settings.key_prefix
         #: on a Redis Cluster each shard's node fails on its own
         self._cluster = settings.cluster
-        self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.token = process_name(random_digits=8)
         self.shards = [
             Shard(shard_keys(self.prefix, queue.name, number))
             for queue in self.queues

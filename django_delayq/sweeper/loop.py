@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-import os
-import socket
 import threading
-import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -21,6 +18,7 @@ from django.utils import timezone
 
 from ..conf import get_settings
 from ..exceptions import RedisUnavailable
+from ..ids import process_name
 from ..models import DelayedTask, Status
 from ..outbox import replay_outbox
 from ..ownership import check_prefix_if_reachable
@@ -125,7 +123,7 @@ class Sweeper:
         # replica could make a task scheduled a moment ago look like a ghost.
         self.db = router.db_for_write(DelayedTask)
         self.progress = progress or (lambda line: None)
-        self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.token = process_name()
         self._stopping = threading.Event()
         self._lock_ms = LOCK_MS
         self._interval = DEFAULT_INTERVAL

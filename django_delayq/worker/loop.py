@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,6 +26,7 @@ from .. import registry
 from ..conf import get_settings
 from ..db.connections import recycle_connections
 from ..exceptions import WorkerStuck
+from ..ids import process_name
 from ..store import streams
 from ..store.connection import Client, get_client
 from ..store.keys import shard_keys
@@ -120,7 +118,7 @@ class Worker:
                 f"seconds; got {visibility_timeout}."
             )
         self.visibility_timeout = visibility_timeout or settings.visibility_timeout
-        self.name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.name = process_name()
         keys = [
             shard_keys(settings.key_prefix, queue.name, number)
             for queue in self.queues
