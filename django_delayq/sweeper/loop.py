@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from django.db import DatabaseError, router
 from django.utils import timezone
 
+from .. import signals
 from ..conf import get_settings
 from ..exceptions import RedisUnavailable
 from ..ids import process_name
@@ -178,8 +179,12 @@ class Sweeper:
         self._stopping.set()
 
     def sweep(self, *, now: datetime.datetime | None = None) -> SweepResult:
-        """One pass, under the sweep lock."""
-        now = timezone.now() if now is None else now
+        """One pass, under the sweep lock; ``sweep_finished`` follows it."""
+        result = self._pass(timezone.now() if now is None else now)
+        signals.notify(signals.sweep_finished, Sweeper, result=result)
+        return result
+
+    def _pass(self, now: datetime.datetime) -> SweepResult:
         client = get_client("loop")
         lock = sweeper_lock_key(self.settings.key_prefix)
         # The lock outlives a slow pass comfortably; a crashed holder's

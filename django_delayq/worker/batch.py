@@ -25,7 +25,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from .. import metrics, registry, transitions
+from .. import registry, signals, transitions
 from ..exceptions import TaskNotRegistered
 from ..models import DelayedTask, Status
 from ..outcomes import write_db
@@ -225,7 +225,12 @@ class Batch:
                 streams.dead_letter(
                     self.client, self.dead[entry.stream], entry, outcome.reason
                 )
-                metrics.note_dead_letter(entry.stream)
+                signals.notify(
+                    signals.entry_dead_lettered,
+                    DelayedTask,
+                    stream=entry.stream,
+                    reason=outcome.reason,
+                )
             finally:
                 self._forget(pending, entry)
             return True

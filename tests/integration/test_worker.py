@@ -423,3 +423,19 @@ def test_a_failed_task_is_logged_with_its_traceback(redis_client, caplog):
     assert f"id={task.pk}" in text.splitlines()[0]
     assert "\nTraceback (most recent call last):\n" in text
     assert text.endswith("ValueError: start xxx end")
+
+
+def test_each_dead_letter_sends_entry_dead_lettered(redis_client):
+    sent = []
+
+    def receiver(sender, stream, reason, **kwargs):
+        sent.append((sender, stream, reason))
+
+    streams.ensure_groups(redis_client, [READY])
+    redis_client.xadd(READY, {"id": uuid.uuid4().bytes})  # no such row
+    signals.entry_dead_lettered.connect(receiver)
+    try:
+        Worker().run(once=True)
+    finally:
+        signals.entry_dead_lettered.disconnect(receiver)
+    assert sent == [(DelayedTask, READY, "no task row has this id")]

@@ -285,6 +285,20 @@ def test_the_sweeper_imports_no_worker_module():
             assert not any(inside(t, "django_delayq.worker") for t in reached), module
 
 
+def test_metrics_attach_only_through_the_signals():
+    """Nothing runs metrics code but their own receivers: besides the
+    commands that serve them, no module imports :mod:`django_delayq.metrics`."""
+    graph = import_graph()
+    importers = {
+        module
+        for module, targets in graph.items()
+        if any(inside(t, "django_delayq.metrics") for t in targets)
+        and not inside(module, "django_delayq.metrics")
+    }
+    assert importers
+    assert {m for m in importers if not inside(m, "django_delayq.management")} == set()
+
+
 def test_only_the_store_imports_redis():
     importers = set()
     for path in PACKAGE.rglob("*.py"):
