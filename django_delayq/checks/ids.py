@@ -1,9 +1,10 @@
 """Every system check id of django-delayq, in one place.
 
 What each means and how to fix it: docs/reference/checks.md. The settings
-checks (``conf``), the task and framework checks (``checks``), the Tasks
-backend's own (``backends``) and the deployment checks (``deploy_checks``)
-all take their ids from here; a test keeps this list and the docs equal.
+checks (``conf``), the task and framework checks (``checks.config``), the
+Tasks backend's own (``contrib.tasks.backend``) and the deployment checks
+(``checks.deploy``) all take their ids from here; a test keeps this list and
+the docs equal.
 """
 
 from __future__ import annotations

@@ -9,21 +9,17 @@ nothing of ours, ``redis_settings`` and ``problems`` validate against it,
 
 from __future__ import annotations
 
+from .problems import find_problems
+from .redis_settings import redact_url
+from .schema import DEFAULT_QUEUE, DEFAULTS, DJANGO_REDIS_CACHE, MAX_TIME_LIMIT, Problem
 from .settings import (
-    DEFAULT_QUEUE,
-    DEFAULTS,
-    DJANGO_REDIS_CACHE,
-    MAX_TIME_LIMIT,
-    Problem,
     QueueSettings,
     SentinelSettings,
     Settings,
-    find_problems,
     get_settings,
     in_test_run,
     parse,
     raw_settings,
-    redact_url,
     reset,
 )
 

@@ -29,32 +29,12 @@ from django.conf import settings as django_settings
 
 from ..exceptions import InvalidConfiguration, UnknownQueue
 from .problems import find_problems
-from .redis_settings import redact_url, sentinel_node
+from .redis_settings import sentinel_node
 from .schema import (
     DEFAULT_QUEUE,
     DEFAULTS,
-    DJANGO_REDIS_CACHE,
-    MAX_TIME_LIMIT,
     SENTINEL_KEYS,
-    Problem,
 )
-
-__all__ = [
-    "DEFAULTS",
-    "DEFAULT_QUEUE",
-    "DJANGO_REDIS_CACHE",
-    "MAX_TIME_LIMIT",
-    "Problem",
-    "QueueSettings",
-    "SentinelSettings",
-    "Settings",
-    "find_problems",
-    "get_settings",
-    "parse",
-    "raw_settings",
-    "redact_url",
-    "reset",
-]
 
 
 @dataclass(frozen=True)

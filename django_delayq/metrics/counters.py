@@ -19,7 +19,7 @@ from prometheus_client import Counter, Histogram
 
 from .. import signals
 from ..models import DelayedTask, OutboxEntry
-from ..sweeper import Sweeper, SweepResult
+from ..sweeper import COUNTS, Sweeper, SweepResult
 
 #: Lateness (started_at - run_at): from milliseconds, the dispatcher's
 #: usual precision, to the minutes a sweep interval can add after a fault.
@@ -59,18 +59,6 @@ RUN_BUCKETS = (
     300.0,
 )
 
-#: The fields of a sweep's result counted as ``delayq_sweep_repairs_total``.
-SWEEP_KINDS = (
-    "replayed",
-    "reindexed",
-    "removed",
-    "corrected",
-    "recovered",
-    "failed",
-    "pruned",
-    "replaced",
-    "unreachable",
-)
 
 _TASK = ("queue", "task")
 _UID = "django_delayq.metrics"
@@ -128,7 +116,7 @@ class Counters:
         )
         # Every kind at 0 from the start: a rate over a series that appears
         # at its first repair would miss that repair.
-        for kind in SWEEP_KINDS:
+        for kind in COUNTS:
             self.sweep_repairs.labels(kind)
         self._connect()
 
@@ -207,7 +195,7 @@ class Counters:
 
     def _swept(self, result: SweepResult, **kwargs: Any) -> None:
         self.sweeps.labels("skipped" if result.skipped else "done").inc()
-        for kind in SWEEP_KINDS:
+        for kind in COUNTS:
             count = getattr(result, kind)
             if count:
                 self.sweep_repairs.labels(kind).inc(count)

@@ -397,7 +397,7 @@ class Supervisor:
 
 
 def _read_report(reports: Connection) -> dict[str, int | str]:
-    """The child's last words (see ``worker_process.child_main``); {} if none."""
+    """The child's last words (see :func:`.child.child_main`); {} if none."""
     try:
         if reports.poll():
             report: dict[str, int | str] = json.loads(reports.recv_bytes())

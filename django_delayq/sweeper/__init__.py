@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from .loop import (
     BATCH,
+    COUNTS,
     DEFAULT_INTERVAL,
     LOCK_MS,
     MISSED_PASSES,
@@ -45,6 +46,7 @@ from .loop import (
 
 __all__ = [
     "BATCH",
+    "COUNTS",
     "DEFAULT_INTERVAL",
     "LOCK_MS",
     "MISSED_PASSES",

@@ -11,7 +11,7 @@ import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from django.db import DatabaseError, router
 from django.utils import timezone
@@ -55,34 +55,37 @@ def pass_ttl(interval: float) -> float:
     return max(MISSED_PASSES * interval, MIN_PASS_TTL)
 
 
+#: The counts of a pass, in the order its line (and ``delayq_sweep --once``)
+#: gives them.
+COUNTS = (
+    "replayed",
+    "reindexed",
+    "removed",
+    "corrected",
+    "recovered",
+    "failed",
+    "pruned",
+    "replaced",
+    "unreachable",
+)
+
+
 @dataclass
-class SweepResult:
-    """What one pass did; ``str()`` is the line a pass logs."""
+class SweepResult(Repairs):
+    """What one pass did: its shards' repairs, and the rest of the pass;
+    ``str()`` is the line a pass logs."""
 
     replayed: int = 0
-    reindexed: int = 0
-    removed: int = 0
-    corrected: int = 0
-    recovered: int = 0
-    failed: int = 0
     pruned: int = 0
-    #: keys of a shard that held another type (set by hand?), deleted
-    replaced: int = 0
     #: shards left for a later pass because their Redis did not answer (a
     #: Redis Cluster node failing over; on one Redis the pass fails instead)
     unreachable: int = 0
     skipped: bool = False  # another sweeper held the lock
-    #: when the most overdue of the reindexed tasks was due
-    oldest_lost: datetime.datetime | None = None
 
     def __str__(self) -> str:
         if self.skipped:
             return "skipped: another sweeper is running a pass"
-        text = ", ".join(
-            f"{f.name} {getattr(self, f.name)}"
-            for f in fields(self)
-            if f.type in (int, "int")
-        )
+        text = ", ".join(f"{name} {getattr(self, name)}" for name in COUNTS)
         if self.oldest_lost is not None:
             due = self.oldest_lost.isoformat(sep=" ", timespec="milliseconds")
             text += f" (the oldest reindexed task was due at {due})"
@@ -97,15 +100,6 @@ class SweepResult:
             + self.recovered
             + self.replaced
         )
-
-    def add(self, repairs: Repairs) -> None:
-        """Count one shard's repairs in the pass."""
-        for f in fields(repairs):
-            if f.name != "oldest_lost":
-                setattr(self, f.name, getattr(self, f.name) + getattr(repairs, f.name))
-        lost = repairs.oldest_lost
-        if lost is not None and (self.oldest_lost is None or lost < self.oldest_lost):
-            self.oldest_lost = lost
 
 
 class _LockLost(Exception):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from django.db import transaction
 
@@ -52,7 +52,8 @@ class ShardRows:
 
 @dataclass
 class Repairs:
-    """What the repair of one shard did; a pass adds them up."""
+    """What the repair of one shard did; a pass adds them up (its
+    :class:`~django_delayq.sweeper.SweepResult` is a ``Repairs`` too)."""
 
     reindexed: int = 0
     removed: int = 0
@@ -63,6 +64,15 @@ class Repairs:
     replaced: int = 0
     #: when the most overdue of the reindexed tasks was due
     oldest_lost: datetime.datetime | None = None
+
+    def add(self, repairs: Repairs) -> None:
+        """Count another shard's repairs in these."""
+        for f in fields(Repairs):
+            if f.name != "oldest_lost":
+                setattr(self, f.name, getattr(self, f.name) + getattr(repairs, f.name))
+        lost = repairs.oldest_lost
+        if lost is not None and (self.oldest_lost is None or lost < self.oldest_lost):
+            self.oldest_lost = lost
 
 
 def repair_shard(window: Window, shard: ShardRows) -> Repairs:
