@@ -1,13 +1,62 @@
 """Database defaults for the columns 0002, 0005 and 0006 added.
 
-Those columns had defaults in Python only, so during a deploy (``migrate``
-first, then the processes restart) every ``schedule()`` of a process still
-running the earlier version, which inserts rows without them, was refused
-with a NOT NULL violation. A default in the database fills them in. On
-PostgreSQL this changes the catalog only (no table rewrite, no long lock).
+Those migrations first gave their columns defaults in Python only, so during
+a deploy (``migrate`` first, then the processes restart) every
+``schedule()`` of a process still running the earlier version, which
+inserts rows without them, was refused with a NOT NULL violation. They now
+add each column with its database default in the same statement; this
+migration gives the default to databases that ran them before, and is
+harmless where the default is there already. On PostgreSQL it changes the
+catalog only (no table rewrite, no long lock).
 """
 
-from django.db import migrations, models
+from typing import Any
+
+from django.db import migrations
+from django.db.models import NOT_PROVIDED
+
+
+class SetDatabaseDefault(migrations.operations.base.Operation):
+    """Give a column the database default its field declares, whatever the
+    database has now (the migration state cannot tell: it already has it)."""
+
+    reduces_to_sql = True
+    reversible = True
+
+    def __init__(self, model_name: str, name: str) -> None:
+        self.model_name = model_name
+        self.name = name
+
+    def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
+        return (
+            type(self).__name__,
+            [],
+            {"model_name": self.model_name, "name": self.name},
+        )
+
+    def state_forwards(self, app_label: str, state: Any) -> None:
+        pass  # the state has the default since 0002, 0005 and 0006
+
+    def database_forwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        field = model._meta.get_field(self.name)
+        without = field.clone()
+        without.db_default = NOT_PROVIDED
+        without.set_attributes_from_name(field.name)
+        without.model = model
+        schema_editor.alter_field(model, without, field)
+
+    def database_backwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        pass  # keeping a default breaks nothing
+
+    def describe(self) -> str:
+        return f"Set the database default of {self.model_name}.{self.name}"
 
 
 class Migration(migrations.Migration):
@@ -16,47 +65,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.AlterField(
-            model_name="delayedtask",
-            name="claim_entry",
-            field=models.CharField(
-                blank=True,
-                db_default="",
-                default="",
-                help_text=(
-                    "The ready-stream entry whose delivery started the current "
-                    "attempt; only that entry may take the attempt over from a "
-                    "dead worker."
-                ),
-                max_length=64,
-                verbose_name="claiming stream entry",
-            ),
-        ),
-        migrations.AlterField(
-            model_name="delayedtask",
-            name="priority",
-            field=models.SmallIntegerField(
-                db_default=0,
-                default=0,
-                help_text=(
-                    "From -100 to 100: among due tasks, a higher band (above 0, "
-                    "0, below 0) starts first."
-                ),
-                verbose_name="priority",
-            ),
-        ),
-        migrations.AlterField(
-            model_name="delayedtask",
-            name="worker_ids",
-            field=models.JSONField(
-                blank=True,
-                db_default=models.Value([], output_field=models.JSONField()),
-                default=list,
-                help_text=(
-                    "The worker thread (host:pid:id-thread) that claimed each "
-                    "attempt, oldest first."
-                ),
-                verbose_name="workers",
-            ),
-        ),
+        SetDatabaseDefault("delayedtask", "claim_entry"),
+        SetDatabaseDefault("delayedtask", "worker_ids"),
+        SetDatabaseDefault("delayedtask", "priority"),
     ]

@@ -21,15 +21,13 @@ from django.db.models import NOT_PROVIDED, Field
 
 APP = "django_delayq"
 
-#: What earlier migrations did before the policy, each made good since:
-#: the Python-only defaults of 0002, 0005 and 0006 became database defaults
-#: in 0007; 0004 builds its index with a plain CREATE INDEX, which the
-#: upgrading guide tells the operator of a large table to build beforehand.
+#: What earlier migrations did before the policy: 0004 builds its index with
+#: a plain CREATE INDEX, which the upgrading guide tells the operator of a
+#: large table to build beforehand. (0002, 0005 and 0006 added their columns
+#: with defaults in Python only; they now add them with database defaults,
+#: and 0007 sets those where the earlier versions of them ran.)
 GRANDFATHERED = {
-    ("0002_claim_entry", "AddField claim_entry"),
     ("0004_key_index", "AddIndex delayq_key"),
-    ("0005_worker_ids", "AddField worker_ids"),
-    ("0006_priority", "AddField priority"),
 }
 
 #: Attributes an AlterField may change: they live in Python or in the
