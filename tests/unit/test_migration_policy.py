@@ -19,6 +19,8 @@ from django.db import migrations
 from django.db.migrations.loader import MigrationLoader
 from django.db.models import NOT_PROVIDED, Field
 
+from django_delayq.migrations._operations import SetDatabaseDefault
+
 APP = "django_delayq"
 
 #: What earlier migrations did before the policy: 0004 builds its index with
@@ -33,6 +35,15 @@ GRANDFATHERED = {
 #: Attributes an AlterField may change: they live in Python or in the
 #: column's default, which the previous release does not depend on.
 HARMLESS = {"default", "db_default", "help_text", "verbose_name", "blank", "choices"}
+
+#: Operations whose every use keeps the policy: a new table, options that
+#: live in Python, a concurrent index, and 0007's database defaults.
+REVIEWED = (
+    migrations.CreateModel,
+    migrations.AlterModelOptions,
+    AddIndexConcurrently,
+    SetDatabaseDefault,
+)
 
 REMOVALS = (
     migrations.RemoveField,
@@ -81,6 +92,10 @@ def problems_of(loader: MigrationLoader, name: str) -> list[tuple[str, str]]:
         ) and not isinstance(op, AddIndexConcurrently):
             label = getattr(op, "index", None) or getattr(op, "constraint", None)
             found.append(f"{type(op).__name__} {label.name}")  # type: ignore[union-attr]
+        elif not isinstance(op, REVIEWED):
+            # RunSQL, RunPython, a table renamed...: not allowed until a
+            # rule above says what makes it safe.
+            found.append(f"{type(op).__name__} is not one the policy knows")
     return [(name, problem) for problem in found]
 
 
@@ -122,6 +137,7 @@ def test_the_check_finds_what_breaks_the_previous_release(loader):
             migrations.AlterField(
                 "delayedtask", "last_error", models.CharField(max_length=100)
             ),
+            migrations.RunSQL("UPDATE django_delayq_delayedtask SET queue = 'x'"),
         ]
         found = [problem for _, problem in problems_of(loader, name)]
     finally:
@@ -132,4 +148,5 @@ def test_the_check_finds_what_breaks_the_previous_release(loader):
         "RenameField key",
         "AddIndex delayq_queue",
         "AlterField last_error changes the column",
+        "RunSQL is not one the policy knows",
     ]
