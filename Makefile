@@ -17,8 +17,8 @@ MATRIX ?= py311-dj52 py312-dj6
 PYTEST_ARGS ?=
 # Lint, type checks and docs run once, in the newest leg.
 LINT_LEG ?= $(lastword $(MATRIX))
-# The fault-injection scenarios (tests/faults) and the worker-process tests
-# run once, in the last leg.
+# The fault-injection scenarios (tests/faults), the upgrade test
+# (tests/upgrade) and the worker-process tests run once, in the last leg.
 FAULTS_LEG ?= $(lastword $(MATRIX))
 # The browser tests (tests/browser, headless Chromium) run in every leg: the
 # admin's markup differs between Django versions.
@@ -64,7 +64,7 @@ tests: ## pytest (and Django's own Tasks tests, on Django 6) in every MATRIX leg
 	@$(BOOTSTRAP) --browser $(MATRIX)
 	tools/run_tests.sh --faults $(FAULTS_LEG) --browser "$(BROWSER_LEGS)" $(MATRIX)
 
-faults: ## Only the fault-injection scenarios (tests/faults), in the last leg, on both databases
+faults: ## Only the fault-injection scenarios (tests/faults) and the upgrade test (tests/upgrade), in the last leg, on both databases
 	@$(BOOTSTRAP) $(FAULTS_LEG)
 	tools/run_tests.sh --faults $(FAULTS_LEG)
 

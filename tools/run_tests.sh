@@ -8,10 +8,12 @@
 # (tools/django_tasks_suite.py), once, on the last database; on a leg whose
 # Django has no django.tasks it is reported as not applicable.
 #
-# The legs run everything but the fault-injection scenarios (tests/faults)
-# and the process-supervision tests (PROCESS_TESTS), which are slow and do
-# not depend on the Python or Django version: with --faults LEG they run
-# once, after the legs, in LEG: the fault scenarios against each database,
+# The legs run everything but the fault-injection scenarios (tests/faults),
+# the upgrade test (tests/upgrade: the previous release's processes and the
+# current one's side by side) and the process-supervision tests
+# (PROCESS_TESTS), which are slow and do not depend on the Python or Django
+# version: with --faults LEG they run once, after the legs, in LEG: the fault
+# scenarios and the upgrade test against each database,
 # the process tests and the Redis Sentinel and Redis Cluster scenarios
 # (TOPOLOGY_TESTS) against the last one only (they exercise processes, signals
 # and Redis topologies, not the database).
@@ -164,7 +166,8 @@ for leg in "${legs[@]}"; do
         if [[ $db != "${dbs##* }" ]]; then
             projects=("${USER_PROJECT_TESTS[@]/#/--ignore=}")
         fi
-        run_pytest "$leg" "$db" "$leg" --ignore=tests/faults --ignore=tests/browser \
+        run_pytest "$leg" "$db" "$leg" --ignore=tests/faults --ignore=tests/upgrade \
+            --ignore=tests/browser \
             "${PROCESS_TESTS[@]/#/--ignore=}" "${projects[@]}" "${pytest_args[@]}"
     done
     # Once per leg, on the last database.
@@ -180,7 +183,7 @@ if [[ -n $faults_leg ]]; then
             once=("${TOPOLOGY_TESTS[@]/#/--ignore=}")
         fi
         run_pytest "$faults_leg" "$db" "faults-$faults_leg" tests/faults \
-            "${once[@]}" "${pytest_args[@]}"
+            tests/upgrade "${once[@]}" "${pytest_args[@]}"
     done
 fi
 

@@ -10,9 +10,10 @@ Parsing and the system checks share one validator, :func:`find_problems`, so
 A test run gets a key namespace of its own, as Django gives it a database of
 its own: while Django's test environment is set up (``manage.py test``,
 pytest-django), :func:`get_settings` answers with ``TEST_KEY_PREFIX``, or by
-default with ``test_<KEY_PREFIX>_<8 hex digits>``, new for each process (the
-workers of ``test --parallel`` included). The store removes such a
-namespace's keys when the process exits.
+default with ``test_<KEY_PREFIX>_<8 hex digits>``, new for each test run
+(and ``_<n>`` for the n-th worker of ``test --parallel``, as Django numbers
+their databases). The store removes such a namespace's keys when the
+process that made it exits.
 """
 
 from __future__ import annotations
@@ -154,8 +155,10 @@ _cached: Settings | None = None
 #: The settings of this process's test run: (parsed settings, process id,
 #: the same with the test run's key prefix)
 _test_run: tuple[Settings, int, Settings] | None = None
-#: The process whose test namespace it is, and its random part
-_test_token: tuple[int, str] | None = None
+#: The random part of this test run's namespace: drawn once, so that the
+#: processes django-delayq forks during a test run (worker processes, a
+#: metrics server) share it
+_test_token: str | None = None
 
 
 def get_settings() -> Settings:
@@ -204,13 +207,22 @@ def _for_test_run(current: Settings) -> Settings:
 
 def _with_test_prefix(current: Settings, pid: int) -> Settings:
     global _test_token
-    if current.test_key_prefix is not None:
-        return replace(current, key_prefix=current.test_key_prefix)
-    if _test_token is None or _test_token[0] != pid:
-        # A forked process (a worker of `test --parallel`) gets a namespace
-        # of its own: its parent removes its own keys when it exits.
-        _test_token = (pid, secrets.token_hex(4))
-    prefix = f"test_{current.key_prefix}_{_test_token[1]}"
+    pinned = current.test_key_prefix
+    if pinned is not None:
+        # Emptied at the end like a generated one, so that the next run's
+        # database can claim it (delayq.E014), unless it is the project's
+        # own prefix: then the Redis is the tests' own, or it is a mistake
+        # whose keys must not be deleted.
+        return replace(
+            current, key_prefix=pinned, temporary_prefix=pinned != current.key_prefix
+        )
+    if _test_token is None:
+        _test_token = secrets.token_hex(4)
+    # The workers of `test --parallel` each get a namespace of their own, as
+    # each gets a database of its own (Django numbers them from 1).
+    worker = getattr(sys.modules.get("django.test.runner"), "_worker_id", 0)
+    token = f"{_test_token}_{worker}" if worker else _test_token
+    prefix = f"test_{current.key_prefix}_{token}"
     return replace(current, key_prefix=prefix, temporary_prefix=True)
 
 

@@ -199,17 +199,21 @@ class Leases:
         self.stats.leases_lost += 1
         logger.warning("dispatcher %s lost the lease of %s", self.token, shard.label)
 
-    def release_all(self, client: Client) -> None:
-        """Hand every lease back, leave the membership set and wake the
-        other dispatchers (a graceful stop: they take the shards over at
-        once, not when their next lease check comes)."""
-        released = 0
+    def release_all(self, client: Client, *, hand_over: bool = True) -> None:
+        """Hand every lease back, leave the membership set and, with
+        ``hand_over``, wake the dispatchers blocked on the handover list (a
+        graceful stop: they take the shards over at once, not when their
+        next lease check comes).
+
+        Also with no lease to hand back: the push for this dispatcher's own
+        listener ends its blocked read, which would otherwise linger, and
+        could take a push meant for a live dispatcher.
+        """
         for shard in self.shards:
             if shard.owned:
                 store.release(client, shard.keys.lease, self.token)
                 shard.owned = False
-                released += 1
-        if released:
+        if hand_over:
             handover = handover_key(self.members_key)
             store.hand_over(client, self.members_key, self.token, handover)
         else:

@@ -262,7 +262,8 @@ class Dispatcher:
             # Leases first, threads after: the next owner takes over while
             # this process waits for its listener (a wake-up its threads
             # still take is put back for the new owner).
-            self.leases.release_all(client)
+            # A --once pass started no listener: no one to wake but others.
+            self.leases.release_all(client, hand_over=self._listener.started)
         except RedisUnavailable as exc:
             logger.warning("dispatcher: could not hand back leases: %s", exc)
         finally:

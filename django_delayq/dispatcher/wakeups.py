@@ -89,6 +89,11 @@ class WakeListener:
             )
             self._handover_thread.start()
 
+    @property
+    def started(self) -> bool:
+        """Whether :meth:`start` ran (a ``--once`` pass starts no listener)."""
+        return self._handover_thread is not None or any(g.started for g in self._groups)
+
     def handed_over(self, *, clear: bool = True) -> bool:
         """Whether another dispatcher handed shards back since the last call
         that cleared it."""
@@ -139,9 +144,16 @@ class WakeListener:
             except RedisUnavailable as exc:
                 self.stopping.wait(backoff.failed(exc))
                 continue
-            if pushed is not None and not self.stopping.is_set():
-                self._handed_over.set()
-                self.wake.set()
+            if pushed is None:
+                continue
+            if self.stopping.is_set():
+                # Meant for a dispatcher that goes on: put it back (the push
+                # this dispatcher made for itself is one more, see
+                # Leases.release_all).
+                wake_lists.wake(client, key)
+                return
+            self._handed_over.set()
+            self.wake.set()
 
 
 class _Group:
@@ -154,6 +166,10 @@ class _Group:
         #: the wake lists the thread is blocked on right now
         self._listening: list[str] = []
         self._thread: threading.Thread | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
 
     def start(self, name: str) -> None:
         self._thread = threading.Thread(target=self._listen, name=name, daemon=True)

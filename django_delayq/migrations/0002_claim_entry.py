@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='delayedtask',
             name='claim_entry',
-            field=models.CharField(blank=True, default='', help_text='The ready-stream entry whose delivery started the current attempt; only that entry may take the attempt over from a dead worker.', max_length=64, verbose_name='claiming stream entry'),
+            field=models.CharField(blank=True, db_default='', default='', help_text='The ready-stream entry whose delivery started the current attempt; only that entry may take the attempt over from a dead worker.', max_length=64, verbose_name='claiming stream entry'),
         ),
     ]

@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='delayedtask',
             name='worker_ids',
-            field=models.JSONField(blank=True, default=list, help_text='The worker thread (host:pid:id-thread) that claimed each attempt, oldest first.', verbose_name='workers'),
+            field=models.JSONField(blank=True, db_default=models.Value([], output_field=models.JSONField()), default=list, help_text='The worker thread (host:pid:id-thread) that claimed each attempt, oldest first.', verbose_name='workers'),
         ),
     ]

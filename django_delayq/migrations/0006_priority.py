@@ -11,6 +11,7 @@ class Migration(migrations.Migration):
             model_name="delayedtask",
             name="priority",
             field=models.SmallIntegerField(
+                db_default=0,
                 default=0,
                 help_text=(
                     "From -100 to 100: among due tasks, a higher band (above 0, "

@@ -185,6 +185,40 @@ def test_a_stopping_dispatcher_hands_its_shards_over_at_once(redis_client, runni
     assert second.stats.moved == 8
 
 
+def test_a_standby_dispatcher_stops_at_once_and_takes_no_handover(
+    redis_client, running
+):
+    """A dispatcher without shards that stops ends its handover read at
+    once, so that a handover meant for a live dispatcher reaches it."""
+    owner = running(queues=["orders"], lease_ttl=120.0)
+    wait_for(
+        lambda: sum(s.owned for s in owner.shards) == 4,
+        10,
+        "the first dispatcher owning 4 shards",
+        poll=0.01,
+    )
+    standby = Dispatcher(queues=["orders"], lease_ttl=120.0)
+    thread = threading.Thread(target=standby.run, daemon=True)
+    thread.start()
+    wait_for(lambda: standby.leases._checks >= 1, 10, "the standby's lease check")
+    standby.stop()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    handover_thread = standby._listener._handover_thread
+    assert handover_thread is not None
+    assert not handover_thread.is_alive()
+
+    successor = running(queues=["orders"], lease_ttl=120.0)
+    wait_for(lambda: successor.leases._checks >= 1, 10, "the successor's check")
+    owner.stop()
+    wait_for(
+        lambda: sum(s.owned for s in successor.shards) == 4,
+        10,
+        "the successor owning the 4 shards handed over",
+        poll=0.01,
+    )
+
+
 def test_a_dispatcher_whose_lease_was_taken_moves_nothing(redis_client):
     dispatcher = Dispatcher(queues=["default"], lease_ttl=30.0)
     client = redis.Redis(connection_pool=redis_client.connection_pool)

@@ -11,14 +11,18 @@ from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.db.migrations.loader import MigrationLoader
+from django.db.models import NOT_PROVIDED
 from django.utils import timezone
 
 from django_delayq.models import DelayedTask, Status
 from tests.helpers import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+#: The columns added since the first release.
+NEW_COLUMNS = ("claim_entry", "worker_ids", "priority")
 
 
 def columns_of_the_first_release() -> list[str]:
@@ -78,3 +82,29 @@ def test_a_row_of_an_earlier_version_runs(redis_client):
 
     row = DelayedTask.objects.get(pk=task_id)
     assert (row.status, row.result, len(row.worker_ids)) == (Status.SUCCEEDED, 5, 1)
+
+
+def test_0007_gives_the_defaults_to_a_database_that_ran_the_first_0005(
+    redis_client,
+):
+    """Databases that ran 0002, 0005 and 0006 before they had database
+    defaults: played by removing the defaults, then 0007 run again."""
+    fields = [DelayedTask._meta.get_field(name) for name in NEW_COLUMNS]
+    with connection.schema_editor() as editor:
+        for field in fields:
+            without = field.clone()
+            without.db_default = NOT_PROVIDED
+            without.set_attributes_from_name(field.name)
+            without.model = DelayedTask
+            editor.alter_field(DelayedTask, field, without)
+    try:
+        with pytest.raises(IntegrityError), transaction.atomic():
+            insert_as_the_first_release(uuid.uuid4())
+    finally:
+        call_command("migrate", "django_delayq", "0006", verbosity=0)
+        call_command("migrate", "django_delayq", verbosity=0)
+
+    task_id = uuid.uuid4()
+    insert_as_the_first_release(task_id)
+    row = DelayedTask.objects.get(pk=task_id)
+    assert (row.priority, row.worker_ids, row.claim_entry) == (0, [], "")

@@ -49,26 +49,47 @@ def test_the_namespace_follows_key_prefix(default_namespace, settings):
     assert after == "test_shop_" + before.removeprefix("test_delayq_")
 
 
-def test_a_forked_process_gets_another_namespace(default_namespace):
-    ours = get_settings().key_prefix
+def prefix_in_a_child(parallel_worker: int = 0) -> str:
+    """The key prefix a forked process sees: a worker of `test --parallel`
+    (Django numbers them from 1), or a process the library forks (0)."""
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: a worker of `manage.py test --parallel`
+    if pid == 0:
         try:
+            if parallel_worker:
+                import django.test.runner
+
+                django.test.runner._worker_id = parallel_worker  # type: ignore[attr-defined]
             os.write(write, get_settings().key_prefix.encode())
         finally:
             os._exit(0)
     os.close(write)
     with os.fdopen(read) as pipe:
-        theirs = pipe.read()
+        prefix = pipe.read()
     os.waitpid(pid, 0)
-    assert re.fullmatch(r"test_delayq_[0-9a-f]{8}", theirs)
-    assert theirs != ours
+    return prefix
 
 
-def test_test_key_prefix_is_used_as_it_is(settings):
+def test_a_worker_of_test_parallel_gets_a_namespace_of_its_own(default_namespace):
+    ours = get_settings().key_prefix
+    assert prefix_in_a_child(parallel_worker=2) == f"{ours}_2"
+
+
+def test_a_process_forked_during_a_test_run_shares_its_namespace(default_namespace):
+    """A worker process of `delayq_worker --processes`, started by a test."""
+    assert prefix_in_a_child() == get_settings().key_prefix
+
+
+def test_test_key_prefix_is_used_as_it_is_and_emptied_at_the_end(settings):
     settings.DELAYQ = {**settings.DELAYQ, "TEST_KEY_PREFIX": "shop-tests"}
     assert get_settings().key_prefix == "shop-tests"
+    assert get_settings().temporary_prefix
+
+
+def test_a_test_key_prefix_equal_to_key_prefix_is_never_emptied(settings):
+    """This suite's own setting: its Redis is its own."""
+    assert get_settings().key_prefix == "delayq"
+    assert not get_settings().temporary_prefix
 
 
 def test_removing_a_namespace_leaves_other_keys(default_namespace, redis_client):

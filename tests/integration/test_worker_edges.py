@@ -188,3 +188,22 @@ def test_an_idle_worker_stops_without_waiting_out_its_blocked_reads(redis_client
     runner.join(timeout=READ_BLOCK_MS / 1000 - 1)
     assert not runner.is_alive()
     assert blocked() == 0
+
+
+def test_a_worker_run_inside_a_transaction_is_refused_saying_what_to_use(
+    redis_client,
+):
+    """What a test inside django.test.TestCase meets: on PostgreSQL the
+    threads would find nothing (the rows are not committed), on SQLite they
+    would be locked out."""
+    from django.db import transaction
+
+    task = schedule(add, args=[1, 2])
+    call_command("delayq_dispatch", once=True, verbosity=0)
+    with transaction.atomic(), pytest.raises(CommandError) as refused:
+        call_command("delayq_worker", once=True, verbosity=0)
+    assert "cannot run inside a transaction" in str(refused.value)
+    assert "TransactionTestCase" in str(refused.value)
+    assert row(task).status == Status.SCHEDULED  # nothing was taken
+    drain()
+    assert row(task).status == Status.SUCCEEDED

@@ -19,22 +19,31 @@ from django.db import migrations
 from django.db.migrations.loader import MigrationLoader
 from django.db.models import NOT_PROVIDED, Field
 
+from django_delayq.migrations._operations import SetDatabaseDefault
+
 APP = "django_delayq"
 
-#: What earlier migrations did before the policy, each made good since:
-#: the Python-only defaults of 0002, 0005 and 0006 became database defaults
-#: in 0007; 0004 builds its index with a plain CREATE INDEX, which the
-#: upgrading guide tells the operator of a large table to build beforehand.
+#: What earlier migrations did before the policy: 0004 builds its index with
+#: a plain CREATE INDEX, which the upgrading guide tells the operator of a
+#: large table to build beforehand. (0002, 0005 and 0006 added their columns
+#: with defaults in Python only; they now add them with database defaults,
+#: and 0007 sets those where the earlier versions of them ran.)
 GRANDFATHERED = {
-    ("0002_claim_entry", "AddField claim_entry"),
     ("0004_key_index", "AddIndex delayq_key"),
-    ("0005_worker_ids", "AddField worker_ids"),
-    ("0006_priority", "AddField priority"),
 }
 
 #: Attributes an AlterField may change: they live in Python or in the
 #: column's default, which the previous release does not depend on.
 HARMLESS = {"default", "db_default", "help_text", "verbose_name", "blank", "choices"}
+
+#: Operations whose every use keeps the policy: a new table, options that
+#: live in Python, a concurrent index, and 0007's database defaults.
+REVIEWED = (
+    migrations.CreateModel,
+    migrations.AlterModelOptions,
+    AddIndexConcurrently,
+    SetDatabaseDefault,
+)
 
 REMOVALS = (
     migrations.RemoveField,
@@ -83,6 +92,10 @@ def problems_of(loader: MigrationLoader, name: str) -> list[tuple[str, str]]:
         ) and not isinstance(op, AddIndexConcurrently):
             label = getattr(op, "index", None) or getattr(op, "constraint", None)
             found.append(f"{type(op).__name__} {label.name}")  # type: ignore[union-attr]
+        elif not isinstance(op, REVIEWED):
+            # RunSQL, RunPython, a table renamed...: not allowed until a
+            # rule above says what makes it safe.
+            found.append(f"{type(op).__name__} is not one the policy knows")
     return [(name, problem) for problem in found]
 
 
@@ -124,6 +137,7 @@ def test_the_check_finds_what_breaks_the_previous_release(loader):
             migrations.AlterField(
                 "delayedtask", "last_error", models.CharField(max_length=100)
             ),
+            migrations.RunSQL("UPDATE django_delayq_delayedtask SET queue = 'x'"),
         ]
         found = [problem for _, problem in problems_of(loader, name)]
     finally:
@@ -134,4 +148,5 @@ def test_the_check_finds_what_breaks_the_previous_release(loader):
         "RenameField key",
         "AddIndex delayq_queue",
         "AlterField last_error changes the column",
+        "RunSQL is not one the policy knows",
     ]

@@ -28,11 +28,12 @@ from django_delayq.worker import Worker
 #: interrupt (EX_SOFTWARE): restart it.
 EXIT_STUCK = 70
 
-IN_TRANSACTION_HINT = (
-    ". call_command('delayq_worker', once=True) ran inside a transaction "
-    "(django.test.TestCase wraps every test in one): the worker's threads use "
-    "database connections of their own, which that transaction keeps out "
-    "(SQLite) or hides its rows from. Run it from a TransactionTestCase."
+IN_TRANSACTION = (
+    "delayq_worker cannot run inside a transaction (django.test.TestCase "
+    "wraps every test in one): its threads use database connections of their "
+    "own, which would not see that transaction's rows (and on SQLite would be "
+    "locked out of the database). Run it from a TransactionTestCase (with "
+    "pytest-django, @pytest.mark.django_db(transaction=True))."
 )
 
 
@@ -70,6 +71,8 @@ class Command(BaseCommand):
                 visibility_timeout=options["visibility_timeout"],
             )
 
+        if caller_in_transaction():
+            raise CommandError(IN_TRANSACTION)
         with option_errors():
             # Also under a supervisor: a bad option stops the command here,
             # before any worker process starts.
@@ -83,16 +86,12 @@ class Command(BaseCommand):
                 command_context(worker.stop, "delayq_worker", verbosity),
                 metrics_served(options),
             ):
-                in_transaction = caller_in_transaction()
                 try:
                     stats = worker.run(once=options["once"])
                 except (RedisUnavailable, DatabaseError) as exc:
                     # Only --once gets here: a worker that runs on waits for
                     # Redis and the database, logging each failure.
-                    hint = IN_TRANSACTION_HINT if in_transaction else ""
-                    raise CommandError(
-                        f"worker failed: {error_text(exc)}{hint}"
-                    ) from exc
+                    raise CommandError(f"worker failed: {error_text(exc)}") from exc
                 except WorkerStuck as exc:
                     # The stuck thread cannot be stopped; only the process
                     # can. Its process manager starts a fresh one.

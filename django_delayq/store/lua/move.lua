@@ -103,9 +103,17 @@ local low = due(KEYS[3])
 for i = 1, #low do
   take(3, low[i])
 end
+-- Looked up only where a band's due-set has members: a shard without
+-- priorities pays nothing for it.
+local function bands_of(key)
+  if redis.call('EXISTS', key) == 0 then
+    return {}
+  end
+  return zmscore(key, bare)
+end
 if #bare > 0 then
-  local in_high = zmscore(KEYS[1], bare)
-  local in_low = zmscore(KEYS[3], bare)
+  local in_high = bands_of(KEYS[1])
+  local in_low = bands_of(KEYS[3])
   for i = 1, #bare do
     if in_high[i] then
       take(1, bare[i])
