@@ -71,26 +71,27 @@ def send(signal: Signal, task: Any, **extra: Any) -> None:
     """Send a task's ``signal`` for ``task``, robustly."""
     from .models import DelayedTask
 
-    notify(
-        signal,
-        DelayedTask,
-        f"for task {getattr(task, 'pk', task)}",
-        task=task,
-        **extra,
-    )
-
-
-def notify(signal: Signal, sender: Any, about: str = "", **kwargs: Any) -> None:
-    """Send ``signal`` robustly: a receiver's exception is logged (``about``
-    says what the signal was about), never raised. Nothing is built when
-    nobody listens."""
-    if not signal.has_listeners(sender):
+    if not signal.has_listeners(DelayedTask):
         return
+    pk = getattr(task, "pk", task)
+    _send_robust(signal, DelayedTask, f" for task {pk}", task=task, **extra)
+
+
+def notify(signal: Signal, sender: Any, **kwargs: Any) -> None:
+    """Send one of the machinery's ``signal`` robustly; nothing is built
+    when nobody listens."""
+    if signal.has_listeners(sender):
+        _send_robust(signal, sender, "", **kwargs)
+
+
+def _send_robust(signal: Signal, sender: Any, about: str, **kwargs: Any) -> None:
+    """A receiver's exception is logged (``about`` says what the signal was
+    about), never raised."""
     for receiver, response in signal.send_robust(sender, **kwargs):
         if isinstance(response, Exception):
             logger.error(
                 "django-delayq: signal receiver %r raised%s",
                 receiver,
-                f" {about}" if about else "",
+                about,
                 exc_info=response,
             )
