@@ -27,9 +27,9 @@ from django.utils import timezone
 from . import registry, signals, transitions
 from .changes import cancel, reschedule, retry
 from .conf import get_settings
+from .db.inserts import insert_rows, new_row
 from .exceptions import DuplicateTask, InvalidArgument
 from .ids import shard_of, uuid7
-from .inserts import insert_rows, new_row
 from .lookups import Lookup, matching, write_alias, written
 from .models import ACTIVE_STATUSES, DelayedTask, OutboxEntry, Status
 from .outbox import index_after_commit, unindex_after_commit

@@ -15,15 +15,16 @@ class DelayQueueConfig(AppConfig):
         from django.core.checks import register
         from django.core.signals import setting_changed
 
-        from . import checks, conf, deploy_checks
+        from . import conf
+        from .checks import config, deploy
 
-        register(checks.check_settings, "django_delayq")
-        register(checks.check_tasks, "django_delayq")
-        register(checks.check_tasks_framework, "django_delayq")
+        register(config.check_settings, "django_delayq")
+        register(config.check_tasks, "django_delayq")
+        register(config.check_tasks_framework, "django_delayq")
         # Needs the database and Redis: run by `check --database` and by
         # `migrate`, as Django's own database checks are.
-        register(checks.check_key_prefix_owner, "django_delayq", "database")
-        register(deploy_checks.check_deployment, "django_delayq", deploy=True)
+        register(config.check_key_prefix_owner, "django_delayq", "database")
+        register(deploy.check_deployment, "django_delayq", deploy=True)
         setting_changed.connect(conf.reset, dispatch_uid="django_delayq.conf.reset")
         setting_changed.connect(
             _reset_connections, dispatch_uid="django_delayq.connection.reset"

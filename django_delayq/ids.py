@@ -1,8 +1,10 @@
-"""Time-ordered task ids (UUID version 7, RFC 9562)."""
+"""Time-ordered task ids (UUID version 7, RFC 9562), and the names a
+dispatcher, a worker or a sweeper process goes by."""
 
 from __future__ import annotations
 
 import os
+import socket
 import time
 import uuid
 
@@ -30,3 +32,14 @@ def shard_of(task_id: uuid.UUID, shards: int) -> int:
     The low 62 bits of a UUIDv7 are random, so they spread ids evenly.
     """
     return (task_id.int & 0x3FFF_FFFF_FFFF_FFFF) % shards
+
+
+def process_name(random_digits: int = 6) -> str:
+    """A name for this process, unique across hosts and restarts:
+    ``<host>:<pid>:<random hex digits>``, e.g. ``web-1:401:1a2b3c``.
+
+    It is written in the keys the process holds (a dispatcher's shard
+    leases, a worker's consumers, the sweep lock) and shown by the dashboard
+    and ``delayq_status``; a dispatcher's has 8 random digits, the others 6.
+    """
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:random_digits]}"

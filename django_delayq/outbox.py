@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from django.db import DatabaseError, router, transaction
 from django.utils import timezone
 
-from . import metrics
+from . import signals
 from .models import DelayedTask, OutboxEntry, Status
 from .store import index
 from .store.connection import (
@@ -107,7 +107,9 @@ def _to_outbox(
             ", ".join(str(entry.task_id) for entry in entries),
         )
         return
-    metrics.note_outbox_writes(entry.queue for entry in entries)
+    signals.notify(
+        signals.outbox_written, OutboxEntry, queues=[e.queue for e in entries]
+    )
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,9 @@ def replay_outbox(
     OutboxEntry.objects.using(db).filter(
         pk__in=[entry.pk for entry in entries]
     ).delete()
-    metrics.note_outbox_replays(entry.queue for entry in entries)
+    signals.notify(
+        signals.outbox_replayed, OutboxEntry, queues=[e.queue for e in entries]
+    )
     return ReplayResult(len(entries), 0)
 
 

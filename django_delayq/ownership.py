@@ -28,7 +28,7 @@ import logging
 from django.db import DatabaseError, connections, router
 from django.db.migrations.recorder import MigrationRecorder
 
-from . import check_ids
+from .checks import ids as check_ids
 from .conf import get_settings
 from .exceptions import KeyPrefixInUse, RedisUnavailable
 from .models import DelayedTask

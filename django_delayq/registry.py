@@ -13,9 +13,9 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, Unpack, overload
 
+from .conf.schema import MAX_TIME_LIMIT
 from .exceptions import InvalidArgument, InvalidTaskDefinition, TaskNotRegistered
 from .options import ScheduleOptions
-from .settings_schema import MAX_TIME_LIMIT
 from .text import check_text
 
 if TYPE_CHECKING:

@@ -182,10 +182,9 @@ def _read_redis(report: Report) -> None:
     settings = get_settings()
     try:
         client = get_client("schedule")
-        shards = stats.read_shards(
+        shards, live = stats.snapshot(
             client, settings.key_prefix, settings.queues.values()
         )
-        live = stats.live_processes(client, settings.key_prefix)
     except RedisUnavailable as exc:
         report.redis = f"unreachable: {error_text(exc)}"
         report.flag(DOWN, f"Redis does not answer ({error_text(exc)})")

@@ -54,7 +54,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from . import statements
+from .db import statements
 from .models import DelayedTask, Status
 from .text import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS, clipped
 

@@ -178,10 +178,10 @@ def read_redis(now: datetime.datetime) -> RedisView:
     try:
         client = get_client("schedule")
         location = stats.describe(client)
-        shards = stats.read_shards(
+        shards, live = stats.snapshot(
             client, settings.key_prefix, settings.queues.values()
         )
-        alive = stats.live_workers(client, settings.key_prefix)
+        alive = live.workers
         minutes = activity.read_hour(
             client, settings.key_prefix, settings.queues.values(), now
         )

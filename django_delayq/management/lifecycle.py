@@ -15,8 +15,8 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from ..exceptions import DelayQueueException, InvalidConfiguration
-from ..group_commit import DEFAULT_BUDGET, DEFAULT_MAX_SIZE
 from ..worker import DEFAULT_PREFETCH
+from ..worker.group_commit import DEFAULT_BUDGET, DEFAULT_MAX_SIZE
 
 _LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 

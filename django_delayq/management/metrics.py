@@ -12,10 +12,9 @@ from django.core.management.base import CommandError, CommandParser
 
 from ..exceptions import MetricsUnavailable
 from ..metrics import INSTALL
-from ..sweeper import Sweeper
 
 if TYPE_CHECKING:
-    from ..companion import Companion
+    from ..supervisor.companion import Companion
 
 logger = logging.getLogger("django_delayq.metrics")
 
@@ -96,12 +95,3 @@ def metrics_served(
         yield aggregate
     finally:
         stop()
-
-
-def sweeper_class(options: dict[str, Any]) -> type[Sweeper]:
-    """The sweeper to build: one that counts its passes when serving metrics."""
-    if options["metrics_port"] is None:
-        return Sweeper
-    from ..metrics.sweeps import CountingSweeper
-
-    return CountingSweeper

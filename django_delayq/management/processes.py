@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from ..worker_process import Recycling
+from ..supervisor.child import Recycling
 
 MAX_PROCESSES = 64
 

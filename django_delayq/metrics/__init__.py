@@ -2,11 +2,12 @@
 
 Nothing in this module imports prometheus-client: the package imports and
 runs without it. :func:`enable` imports it, creates the counters and
-histograms (:mod:`.counters`) and connects them to the task signals; until
-then no receiver is connected, so sending a signal costs what it cost
-before (``Signal.has_listeners`` is false), and the ``note_*`` functions
-below, called where no signal exists (dead letters, the outbox), are one
-test of a module global each.
+histograms (:mod:`.counters`) and connects them to the package's signals
+(:mod:`django_delayq.signals`: the tasks', and the machinery's dead
+letters, outbox writes and replays, sweep passes). That is the only way
+metrics attach: no other module of the package calls this one, and until
+:func:`enable` no receiver is connected, so sending a signal costs what it
+cost before (``Signal.has_listeners`` is false).
 
 The backlog gauges are read only when scraped (:mod:`.collector`); nothing
 here sends a Redis command of its own.
@@ -15,7 +16,6 @@ here sends a Redis command of its own.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from ..exceptions import MetricsUnavailable
@@ -53,36 +53,3 @@ def enable() -> Counters:
 def enabled() -> bool:
     """Whether :func:`enable` was called in this process."""
     return _counters is not None
-
-
-def note_dead_letter(stream: str) -> None:
-    """Count an entry of ``stream`` (a ready stream's key) dead-lettered."""
-    if _counters is not None:
-        _counters.dead_letters.labels(queue_of(stream)).inc()
-
-
-def note_outbox_writes(queues: Iterable[str]) -> None:
-    """Count outbox entries written, one per queue name given."""
-    if _counters is not None:
-        for queue in queues:
-            _counters.outbox_writes.labels(queue).inc()
-
-
-def note_outbox_replays(queues: Iterable[str]) -> None:
-    """Count outbox entries replayed, one per queue name given."""
-    if _counters is not None:
-        for queue in queues:
-            _counters.outbox_replays.labels(queue).inc()
-
-
-def note_sweep(repairs: Mapping[str, int], *, skipped: bool) -> None:
-    """Count a sweep pass and what it did, by kind (``reindexed``...)."""
-    if _counters is not None:
-        _counters.sweep(repairs, skipped=skipped)
-
-
-def queue_of(stream: str) -> str:
-    """The queue of a shard key such as ``delayq:{orders:3}:ready``."""
-    tag = stream.rpartition("}")[0].rpartition("{")[2]
-    queue, _, shard = tag.rpartition(":")
-    return queue if queue and shard.isdigit() else "unknown"

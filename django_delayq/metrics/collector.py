@@ -2,10 +2,10 @@
 
 A Prometheus custom collector: nothing is read between scrapes, so a
 process serving metrics sends Redis no command of its own while nobody
-scrapes it. One scrape costs one Redis pipeline (:func:`store.stats.
-read_shards`, the dashboard's read), one ``ZRANGEBYSCORE`` of the worker
-heartbeats and two grouped database queries, whatever the number of
-shards.
+scrapes it. One scrape costs one Redis pipeline
+(:func:`~django_delayq.store.stats.snapshot`, what ``delayq_status`` and
+the dashboard read too) and two grouped database queries, whatever the
+number of shards.
 
 When a store does not answer, its gauges are left out and
 ``delayq_up{store=...}`` is 0: an alert on that is more telling than a
@@ -91,10 +91,9 @@ class BacklogCollector(Collector):
         settings = get_settings()
         try:
             client = get_client("schedule")
-            shards = stats.read_shards(
+            shards, live = stats.snapshot(
                 client, settings.key_prefix, settings.queues.values()
             )
-            alive = stats.live_workers(client, settings.key_prefix)
         except RedisUnavailable:
             for name in _REDIS_GAUGES:
                 del families[name]
@@ -109,7 +108,7 @@ class BacklogCollector(Collector):
             sums["delayq_in_flight"][shard.queue] += shard.pending
             sums["delayq_dead_letter_backlog"][shard.queue] += shard.dead
             sums["delayq_unleased_shards"][shard.queue] += shard.lease_holder is None
-        for served in alive.values():
+        for served in live.workers.values():
             for queue in set(served):
                 if queue in sums["delayq_workers"]:
                     sums["delayq_workers"][queue] += 1

@@ -1,4 +1,4 @@
-"""The counters and histograms of one process, fed by the task signals.
+"""The counters and histograms of one process, fed by the package's signals.
 
 Created once per process by :func:`django_delayq.metrics.enable`, in the
 default registry of prometheus-client (or, under ``delayq_worker
@@ -12,14 +12,14 @@ sweeper's result.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
 from typing import Any
 
 from django.utils import timezone
 from prometheus_client import Counter, Histogram
 
 from .. import signals
-from ..models import DelayedTask
+from ..models import DelayedTask, OutboxEntry
+from ..sweeper import COUNTS, Sweeper, SweepResult
 
 #: Lateness (started_at - run_at): from milliseconds, the dispatcher's
 #: usual precision, to the minutes a sweep interval can add after a fault.
@@ -59,18 +59,6 @@ RUN_BUCKETS = (
     300.0,
 )
 
-#: The fields of a sweep's result counted as ``delayq_sweep_repairs_total``.
-SWEEP_KINDS = (
-    "replayed",
-    "reindexed",
-    "removed",
-    "corrected",
-    "recovered",
-    "failed",
-    "pruned",
-    "replaced",
-    "unreachable",
-)
 
 _TASK = ("queue", "task")
 _UID = "django_delayq.metrics"
@@ -128,15 +116,9 @@ class Counters:
         )
         # Every kind at 0 from the start: a rate over a series that appears
         # at its first repair would miss that repair.
-        for kind in SWEEP_KINDS:
+        for kind in COUNTS:
             self.sweep_repairs.labels(kind)
         self._connect()
-
-    def sweep(self, repairs: Mapping[str, int], *, skipped: bool) -> None:
-        self.sweeps.labels("skipped" if skipped else "done").inc()
-        for kind, count in repairs.items():
-            if count:
-                self.sweep_repairs.labels(kind).inc(count)
 
     def _connect(self) -> None:
         receivers = {
@@ -149,6 +131,18 @@ class Counters:
         }
         for signal, receiver in receivers.items():
             signal.connect(receiver, sender=DelayedTask, weak=False, dispatch_uid=_UID)
+        signals.entry_dead_lettered.connect(
+            self._dead_lettered, sender=DelayedTask, weak=False, dispatch_uid=_UID
+        )
+        signals.outbox_written.connect(
+            self._outbox_written, sender=OutboxEntry, weak=False, dispatch_uid=_UID
+        )
+        signals.outbox_replayed.connect(
+            self._outbox_replayed, sender=OutboxEntry, weak=False, dispatch_uid=_UID
+        )
+        signals.sweep_finished.connect(
+            self._swept, sender=Sweeper, weak=False, dispatch_uid=_UID
+        )
 
     # The receivers: ``task`` is the row, as the signals document.
 
@@ -185,3 +179,30 @@ class Counters:
         if started is not None:
             elapsed = (timezone.now() - started).total_seconds()
             self.run_time.labels(task.queue, task.name).observe(max(elapsed, 0.0))
+
+    # The machinery's signals.
+
+    def _dead_lettered(self, stream: str, **kwargs: Any) -> None:
+        self.dead_letters.labels(queue_of(stream)).inc()
+
+    def _outbox_written(self, queues: list[str], **kwargs: Any) -> None:
+        for queue in queues:
+            self.outbox_writes.labels(queue).inc()
+
+    def _outbox_replayed(self, queues: list[str], **kwargs: Any) -> None:
+        for queue in queues:
+            self.outbox_replays.labels(queue).inc()
+
+    def _swept(self, result: SweepResult, **kwargs: Any) -> None:
+        self.sweeps.labels("skipped" if result.skipped else "done").inc()
+        for kind in COUNTS:
+            count = getattr(result, kind)
+            if count:
+                self.sweep_repairs.labels(kind).inc(count)
+
+
+def queue_of(stream: str) -> str:
+    """The queue of a shard key such as ``delayq:{orders:3}:ready``."""
+    tag = stream.rpartition("}")[0].rpartition("{")[2]
+    queue, _, shard = tag.rpartition(":")
+    return queue if queue and shard.isdigit() else "unknown"

@@ -31,6 +31,8 @@ import redis
 from ..exceptions import RedisPermissionDenied, RedisUnavailable
 
 __all__ = [
+    "FAILED",
+    "Answers",
     "RedisPermissionDenied",
     "RedisUnavailable",
     "error_text",
@@ -97,3 +99,48 @@ def error_text(exc: BaseException) -> str:
     if isinstance(exc, RedisUnavailable):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
+
+
+#: What a call of :meth:`Answers.call` that failed returns.
+FAILED: Any = object()
+
+
+class Answers:
+    """Redis calls made shard by shard, of which some may fail alone.
+
+    On a Redis Cluster each shard is one slot, served by one node: while a
+    node fails over, the calls of its shards fail and the others answer, so
+    a loop goes on with the shards that answer. On one Redis every call fails
+    alike. So a failed call is remembered and the loop goes on; only when no
+    call answered does the last error stand for them all
+    (:meth:`raise_if_none_answered`).
+    """
+
+    def __init__(self) -> None:
+        self.answered = False
+        self.error: RedisUnavailable | None = None
+
+    def call(self, function: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        """``function(*args, **kwargs)``, or :data:`FAILED` if Redis failed."""
+        try:
+            result = function(*args, **kwargs)
+        except RedisUnavailable as exc:
+            self.failed(exc)
+            return FAILED  # type: ignore[no-any-return]
+        self.answer()
+        return result
+
+    def answer(self) -> None:
+        """A call answered."""
+        self.answered = True
+
+    def failed(self, exc: RedisUnavailable, *, answered: bool = False) -> None:
+        """A call failed with ``exc``; ``answered`` if Redis did answer it,
+        with an error (a key of the wrong type)."""
+        self.error = exc
+        self.answered = self.answered or answered
+
+    def raise_if_none_answered(self) -> None:
+        """Raise the last error if no call answered (Redis is down)."""
+        if self.error is not None and not self.answered:
+            raise self.error

@@ -1,9 +1,12 @@
-"""Reading the live state of the queues from Redis, for the admin dashboard.
+"""Reading the live state of a deployment from Redis: its shards and its
+processes, for ``delayq_status``, the metrics collector and the admin
+dashboard alike.
 
-Read only, and one round trip: :func:`read_shards` sends every command for
-every shard in a single pipeline, so a dashboard request waits for Redis at
-most once (one ``REDIS_TIMEOUT`` when Redis hangs), whatever the number of
-shards. Per shard it reads::
+Read only, and one round trip: :func:`snapshot` sends every command for
+every shard, and for the processes' heartbeats, in a single pipeline, so a
+status probe, a scrape or a dashboard request waits for Redis at most once
+(one ``REDIS_TIMEOUT`` when Redis hangs), whatever the number of shards. Per
+shard it reads::
 
     ZCARD due / ZRANGE due 0 0 WITHSCORES   how many tasks wait, the earliest,
                                             for each band's due-set
@@ -13,6 +16,10 @@ shards. Per shard it reads::
     XLEN dead                               dead letters kept
     GET lease / PTTL lease                  the dispatcher moving the shard
 
+and once, Redis' clock and the heartbeats of the workers and of the
+sweepers' passes (``TIME``, ``ZRANGEBYSCORE`` of ``<prefix>:workers`` and
+``<prefix>:sweepers``).
+
 Keys that do not exist yet (a shard nobody used) read as empty. Connection
 errors and timeouts propagate: the caller decides how to degrade.
 """
@@ -21,16 +28,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 
 from ..conf import QueueSettings
 from .errors import translated
-from .keys import shard_keys, sweepers_key, workers_key
+from .keys import ShardKeys, shard_keys, sweepers_key, workers_key
 from .streams import GROUP
 
-#: Commands :func:`read_shards` queues per band's due-set, per band stream,
+#: Commands :func:`snapshot` queues per band's due-set, per band stream,
 #: and per shard.
 _PER_DUE = 2
 _PER_STREAM = 3
@@ -68,11 +75,19 @@ class ShardState:
         return f"{self.queue}:{self.shard}"
 
 
+class Snapshot(NamedTuple):
+    """A deployment's live state, as Redis has it."""
+
+    shards: list[ShardState]
+    live: Live
+
+
 @translated
-def read_shards(
+def snapshot(
     client: redis.Redis, prefix: str, queues: Iterable[QueueSettings]
-) -> list[ShardState]:
-    """Read the state of every shard of ``queues``, in one round trip."""
+) -> Snapshot:
+    """Read the state of every shard of ``queues``, and the live processes,
+    in one round trip."""
     shards = [
         shard_keys(prefix, queue.name, number)
         for queue in queues
@@ -90,54 +105,64 @@ def read_shards(
         pipe.xlen(keys.dead)
         pipe.get(keys.lease)
         pipe.pttl(keys.lease)
+    pipe.time()
+    pipe.zrangebyscore(workers_key(prefix), "-inf", "+inf", withscores=True)
+    pipe.zrangebyscore(sweepers_key(prefix), "-inf", "+inf", withscores=True)
     # Per-command errors come back as values (a stream without its group
     # answers NOGROUP); connection errors and timeouts still raise.
     replies: list[Any] = pipe.execute(raise_on_error=False)
-    states = []
-    for number, keys in enumerate(shards):
-        start = number * _PER_SHARD
-        reply = _Replies(replies[start : start + _PER_SHARD])
-        due = 0
-        heads = []
-        for band in range(3):
-            due += reply.integer(band * _PER_DUE)
-            heads += [int(score) for _, score in reply.value(band * _PER_DUE + 1) or []]
-        ready = pending = waiting = 0
-        consumers: dict[str, Consumer] = {}
-        for band in range(3):
-            at = _DUE_END + band * _PER_STREAM
-            band_ready, band_pending, band_waiting = _stream_backlog(reply, at)
-            ready += band_ready
-            pending += band_pending
-            waiting += band_waiting
-            for c in reply.value(at + 2) or []:
-                name = _text(c.get("name"))
-                seen = consumers.get(name)
-                idle = int(c.get("idle") or 0)
-                consumers[name] = Consumer(
-                    name,
-                    int(c.get("pending") or 0) + (seen.pending if seen else 0),
-                    min(idle, seen.idle_ms) if seen else idle,
-                )
-        end = _DUE_END + 3 * _PER_STREAM
-        ttl = reply.integer(end + 2)
-        states.append(
-            ShardState(
-                queue=keys.queue,
-                shard=keys.shard,
-                due=due,
-                head_score=min(heads, default=None),
-                ready=ready,
-                pending=pending,
-                waiting=waiting,
-                dead=reply.integer(end),
-                lease_holder=_text(reply.value(end + 1)) or None,
-                lease_ttl_ms=ttl if ttl >= 0 else None,
-                consumers=list(consumers.values()),
-                problems=reply.problems,
-            )
+    processes = replies[len(shards) * _PER_SHARD :]
+    for reply in processes:
+        if isinstance(reply, Exception):
+            raise reply  # a heartbeat set of the wrong type, an ACL denial
+    states = [
+        _shard_state(keys, _Replies(replies[at : at + _PER_SHARD]))
+        for keys, at in zip(
+            shards, range(0, len(shards) * _PER_SHARD, _PER_SHARD), strict=True
         )
-    return states
+    ]
+    return Snapshot(states, _live(*processes))
+
+
+def _shard_state(keys: ShardKeys, reply: _Replies) -> ShardState:
+    due = 0
+    heads = []
+    for band in range(3):
+        due += reply.integer(band * _PER_DUE)
+        heads += [int(score) for _, score in reply.value(band * _PER_DUE + 1) or []]
+    ready = pending = waiting = 0
+    consumers: dict[str, Consumer] = {}
+    for band in range(3):
+        at = _DUE_END + band * _PER_STREAM
+        band_ready, band_pending, band_waiting = _stream_backlog(reply, at)
+        ready += band_ready
+        pending += band_pending
+        waiting += band_waiting
+        for c in reply.value(at + 2) or []:
+            name = _text(c.get("name"))
+            seen = consumers.get(name)
+            idle = int(c.get("idle") or 0)
+            consumers[name] = Consumer(
+                name,
+                int(c.get("pending") or 0) + (seen.pending if seen else 0),
+                min(idle, seen.idle_ms) if seen else idle,
+            )
+    end = _DUE_END + 3 * _PER_STREAM
+    ttl = reply.integer(end + 2)
+    return ShardState(
+        queue=keys.queue,
+        shard=keys.shard,
+        due=due,
+        head_score=min(heads, default=None),
+        ready=ready,
+        pending=pending,
+        waiting=waiting,
+        dead=reply.integer(end),
+        lease_holder=_text(reply.value(end + 1)) or None,
+        lease_ttl_ms=ttl if ttl >= 0 else None,
+        consumers=list(consumers.values()),
+        problems=reply.problems,
+    )
 
 
 def _stream_backlog(reply: _Replies, at: int) -> tuple[int, int, int]:
@@ -175,23 +200,8 @@ class Live:
     sweepers: list[Sweeper]
 
 
-@translated
-def live_workers(client: redis.Redis, prefix: str) -> dict[str, list[str]]:
-    """The worker processes whose heartbeat (``<prefix>:workers``) has not
-    lapsed, by Redis' clock, each with the queues it serves; one round trip."""
-    return live_processes(client, prefix, sweepers=False).workers
-
-
-@translated
-def live_processes(client: redis.Redis, prefix: str, *, sweepers: bool = True) -> Live:
-    """The live workers and (unless not asked for) the sweepers whose last
-    pass has not lapsed (``<prefix>:sweepers``); one round trip."""
-    pipe = client.pipeline(transaction=False)
-    pipe.time()
-    pipe.zrangebyscore(workers_key(prefix), "-inf", "+inf", withscores=True)
-    if sweepers:
-        pipe.zrangebyscore(sweepers_key(prefix), "-inf", "+inf", withscores=True)
-    (seconds, micros), workers, *rest = pipe.execute()
+def _live(time: Any, workers: Any, sweepers: Any) -> Live:
+    seconds, micros = time
     now_ms = int(seconds) * 1000 + int(micros) // 1000
     alive = {}
     for member, expiry in workers:
@@ -199,7 +209,7 @@ def live_processes(client: redis.Redis, prefix: str, *, sweepers: bool = True) -
             name, _, queues = _text(member).partition("#")
             alive[name] = [queue for queue in queues.split(",") if queue]
     passed = []
-    for member, expiry in rest[0] if rest else []:
+    for member, expiry in sweepers:
         token, _, interval = _text(member).rpartition("#")
         try:
             seconds_between = float(interval)

@@ -9,14 +9,14 @@ from django.test.utils import CaptureQueriesContext
 
 from django_delayq import schedule, schedule_many
 from django_delayq.api import Call
-from django_delayq.batch import Batch
 from django_delayq.dispatcher import Dispatcher
-from django_delayq.group_commit import Pacer
 from django_delayq.models import DelayedTask, Status
 from django_delayq.store import streams
 from django_delayq.store.keys import shard_keys
-from django_delayq.time_limits import Watchdog
 from django_delayq.worker import Worker
+from django_delayq.worker.batch import Batch
+from django_delayq.worker.group_commit import Pacer
+from django_delayq.worker.time_limits import Watchdog
 from tests.helpers import claim, drain, refresh
 from tests.testapp.models import Order
 from tests.testapp.tasks import (

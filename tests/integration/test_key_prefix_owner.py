@@ -15,10 +15,10 @@ from django.core.management import CommandError, call_command
 
 from django_delayq import schedule
 from django_delayq.exceptions import KeyPrefixInUse
-from django_delayq.execution import execute
 from django_delayq.models import Status
 from django_delayq.ownership import fingerprint
 from django_delayq.store.keys import encode_member, shard_keys
+from django_delayq.worker.execution import execute
 from tests.helpers import drain, due_members, refresh
 from tests.testapp.tasks import add
 

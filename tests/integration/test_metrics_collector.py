@@ -88,6 +88,8 @@ def test_a_served_process_sends_redis_nothing_until_scraped(
 
 
 def test_the_queue_of_a_stream_key() -> None:
-    assert metrics.queue_of("delayq:{orders:3}:ready") == "orders"
-    assert metrics.queue_of("my:app:{a:b:0}:ready") == "a:b"
-    assert metrics.queue_of("garbage") == "unknown"
+    from django_delayq.metrics.counters import queue_of
+
+    assert queue_of("delayq:{orders:3}:ready") == "orders"
+    assert queue_of("my:app:{a:b:0}:ready") == "a:b"
+    assert queue_of("garbage") == "unknown"

@@ -6,8 +6,9 @@ import logging
 
 import pytest
 from django.db import transaction
+from django.utils import timezone
 
-from django_delayq import cancel, reschedule, schedule, schedule_many
+from django_delayq import cancel, reschedule, schedule, schedule_many, signals
 from django_delayq.api import Call
 from django_delayq.models import DelayedTask, OutboxEntry, Status
 from django_delayq.outbox import replay_outbox
@@ -84,3 +85,25 @@ def test_bulk_schedule_with_redis_down_goes_to_the_outbox(private_redis):
     assert set(OutboxEntry.objects.values_list("task_id", flat=True)) == {
         task.pk for task in tasks
     }
+
+
+def test_outbox_writes_and_replays_send_their_signals(private_redis):
+    sent = []
+
+    def receiver(sender, signal, queues, **kwargs):
+        sent.append((sender, signal, queues))
+
+    signals.outbox_written.connect(receiver)
+    signals.outbox_replayed.connect(receiver)
+    try:
+        private_redis.stop()
+        schedule_many([Call(order_cancel, args=[i], delay=900) for i in range(2)])
+        assert sent == [(OutboxEntry, signals.outbox_written, ["orders", "orders"])]
+        private_redis.start()
+        connection.reset()
+        OutboxEntry.objects.update(next_attempt_at=timezone.now())
+        assert replay_outbox().replayed == 2
+    finally:
+        signals.outbox_written.disconnect(receiver)
+        signals.outbox_replayed.disconnect(receiver)
+    assert sent[1:] == [(OutboxEntry, signals.outbox_replayed, ["orders", "orders"])]

@@ -301,7 +301,7 @@ def test_the_ready_backlog_counts_every_band(redis_client):
         schedule(add, args=[1, 1], priority=priority)
     assert Dispatcher().run(once=True).moved == 4
     settings = get_settings()
-    [state] = stats.read_shards(
+    [state], _ = stats.snapshot(
         redis_client, settings.key_prefix, [settings.queue("default")]
     )
     assert (state.ready, state.waiting, state.pending) == (4, 4, 0)
@@ -316,7 +316,7 @@ def test_the_due_count_and_the_head_cover_every_band(redis_client):
         for priority, delay in ((1, 30), (0, 60), (-1, 10), (-1, 90))
     ]
     settings = get_settings()
-    [state] = stats.read_shards(
+    [state], _ = stats.snapshot(
         redis_client, settings.key_prefix, [settings.queue("default")]
     )
     assert state.due == 4

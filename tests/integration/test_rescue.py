@@ -14,13 +14,13 @@ import pytest
 from django.utils import timezone
 
 from django_delayq import schedule, transitions
-from django_delayq.board import Board
 from django_delayq.dispatcher import Dispatcher
-from django_delayq.execution import Verdict
 from django_delayq.models import DelayedTask, Status
-from django_delayq.rescue import NOBODY, Blame, Rescued, rescue
+from django_delayq.outcomes import Verdict
 from django_delayq.store import streams
 from django_delayq.store.keys import encode_member, shard_keys
+from django_delayq.supervisor.rescue import NOBODY, Blame, Rescued, rescue
+from django_delayq.worker.board import Board
 from tests.helpers import drain, due_members, refresh
 from tests.testapp.tasks import add
 

@@ -10,13 +10,14 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from django_delayq import cancel, reschedule, schedule, transitions
+from django_delayq import cancel, reschedule, schedule, signals, transitions
+from django_delayq.conf import get_settings
 from django_delayq.dispatcher import Dispatcher
 from django_delayq.models import DelayedTask, OutboxEntry, Status
 from django_delayq.signals import task_failed
 from django_delayq.store import connection, streams
 from django_delayq.store import inspect as store_inspect
-from django_delayq.store.keys import shard_keys
+from django_delayq.store.keys import shard_keys, sweeper_lock_key
 from django_delayq.sweeper import Sweeper
 from django_delayq.worker import Worker
 from tests.helpers import claim, due_members, expected_score
@@ -316,3 +317,24 @@ def test_a_looping_sweeper_logs_idle_passes_after_the_first_at_debug(
     # The first pass shows the sweeper is up; the idle ones after it are quiet.
     assert passes[0].levelname == "INFO"
     assert {r.levelname for r in passes[1:]} == {"DEBUG"}
+
+
+def test_each_pass_sends_sweep_finished_with_its_result(redis_client):
+    results = []
+
+    def receiver(sender, result, **kwargs):
+        results.append((sender, result))
+
+    signals.sweep_finished.connect(receiver)
+    try:
+        done = Sweeper().sweep()
+        # Another sweeper holds the lock: the pass is skipped, and said so.
+        redis_client.set(
+            sweeper_lock_key(get_settings().key_prefix), "other", px=10_000
+        )
+        skipped = Sweeper().sweep()
+    finally:
+        signals.sweep_finished.disconnect(receiver)
+    assert not done.skipped
+    assert skipped.skipped
+    assert results == [(Sweeper, done), (Sweeper, skipped)]

@@ -10,13 +10,14 @@ import pytest
 
 from django_delayq import cancel, schedule, signals
 from django_delayq.dispatcher import Dispatcher
-from django_delayq.execution import execute, record_failure, run_alone
 from django_delayq.models import DelayedTask, Status
+from django_delayq.outcomes import record_failure
 from django_delayq.registry import get
 from django_delayq.store import streams
 from django_delayq.store.keys import shard_keys
 from django_delayq.text import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS
 from django_delayq.worker import Worker
+from django_delayq.worker.execution import execute, run_alone
 from tests.helpers import claim, drain, due_members, expected_score, refresh
 from tests.testapp.models import Order
 from tests.testapp.tasks import (
@@ -323,7 +324,7 @@ def test_a_worker_replaces_a_database_session_that_was_terminated(redis_client):
     """As when PostgreSQL restarts or an administrator ends the session."""
     from django.db import DatabaseError, connection, connections
 
-    from django_delayq.dbconn import recycle_connections
+    from django_delayq.db.connections import recycle_connections
 
     if connection.vendor != "postgresql":
         pytest.skip("only PostgreSQL sessions can be terminated from outside")
@@ -347,7 +348,7 @@ def test_a_worker_replaces_a_database_session_that_was_terminated(redis_client):
 
 def test_a_paused_attempt_cannot_finish_the_run_that_retried_the_task(redis_client):
     from django_delayq import retry
-    from django_delayq.execution import fail
+    from django_delayq.outcomes import fail
 
     task = schedule(create_order, args=["stale"], max_attempts=1)
     stale = refresh(task)
@@ -367,7 +368,7 @@ def test_a_paused_attempt_cannot_finish_the_run_that_retried_the_task(redis_clie
 def test_a_paused_attempts_failure_cannot_reschedule_a_task_that_moved_on(
     redis_client,
 ):
-    from django_delayq.execution import fail
+    from django_delayq.outcomes import fail
 
     task = schedule(add, args=[1, 1], max_attempts=3)
     stale = refresh(task)
@@ -422,3 +423,19 @@ def test_a_failed_task_is_logged_with_its_traceback(redis_client, caplog):
     assert f"id={task.pk}" in text.splitlines()[0]
     assert "\nTraceback (most recent call last):\n" in text
     assert text.endswith("ValueError: start xxx end")
+
+
+def test_each_dead_letter_sends_entry_dead_lettered(redis_client):
+    sent = []
+
+    def receiver(sender, stream, reason, **kwargs):
+        sent.append((sender, stream, reason))
+
+    streams.ensure_groups(redis_client, [READY])
+    redis_client.xadd(READY, {"id": uuid.uuid4().bytes})  # no such row
+    signals.entry_dead_lettered.connect(receiver)
+    try:
+        Worker().run(once=True)
+    finally:
+        signals.entry_dead_lettered.disconnect(receiver)
+    assert sent == [(DelayedTask, READY, "no task row has this id")]

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from django_delayq import registry, task
-from django_delayq.checks import check_settings, check_tasks
+from django_delayq.checks.config import check_settings, check_tasks
 from django_delayq.conf import DEFAULTS, find_problems, get_settings, parse
 from django_delayq.exceptions import InvalidConfiguration
 

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import os
+import re
+import socket
 import time
 import uuid
 
 import pytest
 
-from django_delayq.ids import shard_of, uuid7
+from django_delayq.ids import process_name, shard_of, uuid7
 from django_delayq.store.keys import (
     band_of,
     decode_member,
@@ -101,3 +104,11 @@ def test_each_band_has_its_ready_stream_in_the_shards_slot():
     )
     assert [keys.ready_of(p) for p in (5, 0, -5)] == list(keys.ready_bands)
     assert [stream_rank(s) for s in keys.ready_bands] == [0, 1, 2]
+
+
+def test_a_process_name_is_host_pid_and_random_hex_digits():
+    host, pid, digits = process_name().split(":")
+    assert (host, int(pid)) == (socket.gethostname(), os.getpid())
+    assert re.fullmatch(r"[0-9a-f]{6}", digits)
+    assert re.fullmatch(r"[0-9a-f]{8}", process_name(random_digits=8).split(":")[2])
+    assert process_name() != process_name()

@@ -1,12 +1,19 @@
-"""The package's structure: no import cycles, modules short enough to read,
-one definition of the options, the check ids in one place.
+"""The package's structure: a folder per component, no import cycles, the
+components importing in one direction, Redis behind the store, one
+definition of the options, the check ids in one place.
 
 The import graph is read from the source (every ``import``, also inside
-functions, which hides a cycle but does not remove it), so a cycle fails
+functions, which hides a cycle but does not remove it; and the packages an
+import runs on the way, whose ``__init__`` re-exports), so a cycle fails
 here before it makes a refactor painful. The one kind of cycle accepted is
 Django's own habit (``Task.get_backend()`` imports its backends): a method
 importing, inside itself, a module that imports its module. Each is listed
 in :data:`LAZY_CYCLES` with why, and must stay inside its function.
+
+There is no cap on a module's length: one concern per module, and a module
+that reads top to bottom beats several that import each other. What is
+capped is how many modules stand side by side (:data:`ROOT_LIMIT`,
+:data:`FOLDER_LIMIT`): past that, a folder no longer shows its design.
 """
 
 from __future__ import annotations
@@ -35,6 +42,47 @@ LAZY_CYCLES = {
 }
 
 
+#: Modules at the package's root, besides ``__init__``: the public API and
+#: the row's rules. A new one belongs in a component's folder, most likely.
+ROOT_LIMIT = 20
+#: Modules in a folder, besides ``__init__``.
+FOLDER_LIMIT = 12
+#: Folders allowed more, and why.
+LARGER_FOLDERS = {
+    "django_delayq/store": (
+        16,
+        "one module per kind of key (due-sets, streams, leases, wake lists...) "
+        "and per concern of the connection: each is what a loop asks of Redis",
+    ),
+}
+
+#: The components and the components each must not import (even through
+#: another module): the three loops know nothing of each other, and the
+#: supervisor runs workers, not the other way round.
+FORBIDDEN = {
+    "django_delayq.dispatcher": (
+        "django_delayq.worker",
+        "django_delayq.sweeper",
+        "django_delayq.supervisor",
+    ),
+    "django_delayq.worker": (
+        "django_delayq.dispatcher",
+        "django_delayq.sweeper",
+        "django_delayq.supervisor",
+    ),
+    "django_delayq.sweeper": (
+        "django_delayq.worker",
+        "django_delayq.dispatcher",
+        "django_delayq.supervisor",
+    ),
+    "django_delayq.supervisor": ("django_delayq.dispatcher", "django_delayq.sweeper"),
+}
+
+#: The only modules that import redis-py: the store, and the exception that
+#: carries a Redis error's kind across it.
+REDIS_IMPORTERS = ("django_delayq.store", "django_delayq.exceptions")
+
+
 def module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -42,7 +90,12 @@ def module_name(path: Path) -> str:
 
 def import_edges() -> dict[str, dict[str, bool]]:
     """Each module of the package -> the modules of the package it imports,
-    each with whether only imports inside functions name it."""
+    each with whether only imports inside functions name it.
+
+    Importing ``a.b.c`` runs ``a/b/__init__`` first: an import of a module in
+    another folder is also an edge to that folder's package (and to each
+    package on the way), unless the importer is inside it already.
+    """
     modules = {
         module_name(path): path
         for path in PACKAGE.rglob("*.py")
@@ -75,9 +128,38 @@ def import_edges() -> dict[str, dict[str, bool]]:
                     target = target.rpartition(".")[0]
                 if target and target != name:
                     lazy = id(node) in in_functions
-                    edges[name][target] = edges[name].get(target, True) and lazy
+                    for reached in [target, *packages_on_the_way(name, target)]:
+                        edges[name][reached] = edges[name].get(reached, True) and lazy
                     break
     return edges
+
+
+def packages_on_the_way(importer: str, target: str) -> list[str]:
+    """The packages whose ``__init__`` importing ``target`` from ``importer``
+    runs: those above ``target`` that ``importer`` is not inside."""
+    parts = target.split(".")
+    found = []
+    for end in range(2, len(parts)):
+        package = ".".join(parts[:end])
+        if not (importer == package or importer.startswith(package + ".")):
+            found.append(package)
+    return found
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in graph[todo.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
 
 
 def import_graph(*, accepted: Iterable[tuple[str, str]] = ()) -> dict[str, set[str]]:
@@ -167,15 +249,102 @@ def test_the_tasks_integration_imports_in_one_direction():
         assert imported <= set(layers[:index]), layer
 
 
-def test_every_module_is_short_enough_to_read():
-    """Past 400 lines a module holds more than one thing: split it."""
-    long = {
-        str(path.relative_to(PACKAGE.parent)): lines
-        for path in PACKAGE.rglob("*.py")
-        if "migrations" not in path.parts
-        and (lines := len(path.read_text().splitlines())) > 400
+def test_importing_a_module_in_a_folder_runs_its_package():
+    assert packages_on_the_way("django_delayq.api", "django_delayq.db.inserts") == [
+        "django_delayq.db"
+    ]
+    # From inside the folder, its package is already running.
+    assert packages_on_the_way("django_delayq.db.inserts", "django_delayq.db.x") == []
+    graph = import_graph()
+    assert "django_delayq.db" in graph["django_delayq.api"]
+
+
+def test_the_components_import_in_one_direction():
+    graph = import_graph(accepted=LAZY_CYCLES)
+    found = {}
+    for component, forbidden in FORBIDDEN.items():
+        for module in graph:
+            if not inside(module, component):
+                continue
+            wrong = sorted(
+                target
+                for target in reachable(graph, module)
+                if any(inside(target, other) for other in forbidden)
+            )
+            if wrong:
+                found[module] = wrong
+    assert found == {}
+
+
+def test_the_sweeper_imports_no_worker_module():
+    """Settling an attempt is :mod:`django_delayq.outcomes`, not the worker."""
+    graph = import_graph(accepted=LAZY_CYCLES)
+    for module in graph:
+        if inside(module, "django_delayq.sweeper"):
+            reached = reachable(graph, module)
+            assert not any(inside(t, "django_delayq.worker") for t in reached), module
+
+
+def test_metrics_attach_only_through_the_signals():
+    """Nothing runs metrics code but their own receivers: besides the
+    commands that serve them, no module imports :mod:`django_delayq.metrics`."""
+    graph = import_graph()
+    importers = {
+        module
+        for module, targets in graph.items()
+        if any(inside(t, "django_delayq.metrics") for t in targets)
+        and not inside(module, "django_delayq.metrics")
     }
-    assert long == {}
+    assert importers
+    assert {m for m in importers if not inside(m, "django_delayq.management")} == set()
+
+
+def test_only_the_store_imports_redis():
+    importers = set()
+    for path in PACKAGE.rglob("*.py"):
+        if "migrations" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            if any(name == "redis" or name.startswith("redis.") for name in names):
+                importers.add(module_name(path))
+    assert importers, "the check reads no import of redis at all"
+    assert {
+        name
+        for name in importers
+        if not any(inside(name, allowed) for allowed in REDIS_IMPORTERS)
+    } == set()
+
+
+def test_a_folder_shows_its_design_at_a_glance():
+    """At most :data:`ROOT_LIMIT` modules at the root and
+    :data:`FOLDER_LIMIT` in a folder (or the larger number a folder is
+    allowed, with why), ``__init__`` not counted."""
+    sizes = {}
+    for folder in [PACKAGE, *(p.parent for p in PACKAGE.rglob("__init__.py"))]:
+        if "migrations" in folder.parts:
+            continue
+        modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+        sizes[str(folder.relative_to(PACKAGE.parent))] = len(modules)
+    too_many = {
+        folder: count
+        for folder, count in sizes.items()
+        if count
+        > (
+            ROOT_LIMIT
+            if folder == PACKAGE.name
+            else LARGER_FOLDERS.get(folder, (FOLDER_LIMIT, ""))[0]
+        )
+    }
+    assert too_many == {}
+    # An allowance no folder needs any more goes.
+    for folder in LARGER_FOLDERS:
+        assert sizes[folder] > FOLDER_LIMIT, folder
 
 
 def test_schedule_and_task_schedule_take_the_same_options():
@@ -190,7 +359,7 @@ def test_schedule_and_task_schedule_take_the_same_options():
 
 
 def test_every_check_id_is_defined_once_and_documented():
-    from django_delayq import check_ids
+    from django_delayq.checks import ids as check_ids
 
     documented = set(
         re.findall(r"^#{2,3} `(delayq\.[EW]\d{3})`", DOCS_CHECKS.read_text(), re.M)
@@ -199,9 +368,9 @@ def test_every_check_id_is_defined_once_and_documented():
     assert len(set(check_ids.ALL)) == len(check_ids.ALL)
     # Nowhere else is an id written as a string.
     spelled = {
-        path.name
+        str(path.relative_to(PACKAGE.parent))
         for path in PACKAGE.rglob("*.py")
-        if path.name != "check_ids.py"
+        if path != PACKAGE / "checks" / "ids.py"
         and re.search(r"[\"']delayq\.[EW]\d{3}[\"']", path.read_text())
     }
     assert spelled == set()

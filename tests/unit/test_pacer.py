@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django_delayq.group_commit import Pacer
+from django_delayq.worker.group_commit import Pacer
 
 
 def test_a_task_past_the_budget_runs_alone_for_a_while():

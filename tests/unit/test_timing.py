@@ -1,12 +1,24 @@
 from __future__ import annotations
 
 import datetime
+import logging
 import math
 
 import pytest
 
-from django_delayq.exceptions import DelayQueueException, InvalidSchedule
-from django_delayq.timing import ceil_ms, resolve_run_at, retry_pause, to_score
+from django_delayq.exceptions import (
+    DelayQueueException,
+    InvalidSchedule,
+    RedisPermissionDenied,
+    RedisUnavailable,
+)
+from django_delayq.timing import (
+    Backoff,
+    ceil_ms,
+    resolve_run_at,
+    retry_pause,
+    to_score,
+)
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, 250_400, tzinfo=datetime.UTC)
 
@@ -96,3 +108,42 @@ def test_eta_must_be_a_datetime(eta):
 def test_retry_pauses_double_up_to_a_cap_even_after_a_long_outage():
     assert [retry_pause(n) for n in (1, 2, 3)] == [0.2, 0.4, 0.8]
     assert retry_pause(5000) == 5.0  # no OverflowError after hours of errors
+
+
+def test_a_backoff_doubles_its_waits_up_to_its_cap_and_starts_afresh():
+    backoff = Backoff(base=0.1, cap=0.5)
+    assert [backoff.failed() for _ in range(4)] == [0.2, 0.4, 0.5, 0.5]
+    backoff.answered()
+    assert backoff.failed() == 0.2
+    # A cap for one error (a shard whose node is failing over).
+    assert backoff.failed(cap=0.3) == 0.3
+
+
+def test_a_backoff_with_grace_retries_at_once_first():
+    backoff = Backoff(base=0.5, cap=30.0, grace=1)
+    assert [backoff.failed() for _ in range(4)] == [0.0, 1.0, 2.0, 4.0]
+
+
+def test_a_backoff_logs_each_error_and_the_end_of_an_outage(caplog):
+    logger = logging.getLogger("django_delayq.tests.backoff")
+    backoff = Backoff("dispatcher", logger)
+    with caplog.at_level(logging.DEBUG, logger=logger.name):
+        backoff.answered()  # nothing had failed: nothing to say
+        backoff.failed(RedisUnavailable(ConnectionError("refused")))
+        backoff.failed(RedisPermissionDenied("NOPERM no permissions"))
+        backoff.failed(ValueError("a bug"))
+        backoff.answered()
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert lines[0] == (
+        "WARNING",
+        "dispatcher: ConnectionError: refused; retrying in 0.2 s",
+    )
+    # A denial is a configuration error: loud whatever the usual level.
+    assert lines[1][0] == "ERROR"
+    assert lines[2] == ("ERROR", "dispatcher: unexpected error; carrying on")
+    assert caplog.records[2].exc_info is not None
+    assert lines[3] == (
+        "WARNING",
+        "dispatcher: Redis answers again, after 3 failed attempt(s)",
+    )
+    assert len(lines) == 4

@@ -30,7 +30,8 @@ from django.core import checks
 from django.db import router, transaction
 from django.utils.module_loading import import_string
 
-from ... import check_ids, conf, registry
+from ... import conf, registry
+from ...checks import ids as check_ids
 from ...exceptions import InvalidConfiguration
 from . import compat
 

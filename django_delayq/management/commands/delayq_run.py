@@ -18,8 +18,8 @@ from django_delayq.management.metrics import (
     add_metrics_options,
     check_metrics_options,
     metrics_served,
-    sweeper_class,
 )
+from django_delayq.sweeper import Sweeper
 from django_delayq.worker import Worker
 
 
@@ -42,7 +42,7 @@ class Command(BaseCommand):
                 options["queues"],
                 **worker_options(options),
             )
-            sweeper = sweeper_class(options)()
+            sweeper = Sweeper()
 
         def stop() -> None:
             dispatcher.stop()

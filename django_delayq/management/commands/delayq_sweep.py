@@ -11,9 +11,9 @@ from django_delayq.management.metrics import (
     add_metrics_options,
     check_metrics_options,
     metrics_served,
-    sweeper_class,
 )
 from django_delayq.store.errors import error_text
+from django_delayq.sweeper import Sweeper
 
 
 class Command(BaseCommand):
@@ -43,9 +43,7 @@ class Command(BaseCommand):
                     f"got {options['interval']}."
                 )
             check_metrics_options(options)
-            sweeper = sweeper_class(options)(
-                progress=lambda line: self.stderr.write(f"sweep: {line}")
-            )
+            sweeper = Sweeper(progress=lambda line: self.stderr.write(f"sweep: {line}"))
         with (
             command_context(sweeper.stop, "delayq_sweep", options["verbosity"]),
             metrics_served(options),

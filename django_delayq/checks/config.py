@@ -1,0 +1,102 @@
+"""System checks (``manage.py check``), ids ``delayq.E001``... and ``delayq.W001``.
+
+See docs/reference/checks.md for the meaning of each id.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.checks import CheckMessage, Error, Warning
+
+from .. import conf, registry
+from ..exceptions import InvalidConfiguration, KeyPrefixInUse, RedisUnavailable
+from . import ids as check_ids
+
+logger = logging.getLogger(__name__)
+
+
+def check_settings(**kwargs: Any) -> list[CheckMessage]:
+    """Report everything wrong with ``settings.DELAYQ``."""
+    messages: list[CheckMessage] = []
+    for problem in conf.find_problems(conf.raw_settings()):
+        kind = Error if problem.error else Warning
+        messages.append(kind(problem.msg, hint=problem.hint, id=problem.id))
+    return messages
+
+
+def check_tasks(**kwargs: Any) -> list[CheckMessage]:
+    """Report registered tasks whose queue is not configured (``delayq.E008``)."""
+    try:
+        settings = conf.parse(conf.raw_settings())
+    except InvalidConfiguration:
+        return []  # check_settings reports it
+    registry.autodiscover()
+    return [
+        Error(
+            f"Task {name!r} uses queue {task.queue!r}, which is not configured.",
+            hint=f'Add {task.queue!r} to settings.DELAYQ["QUEUES"], or change '
+            f"the task's queue.",
+            obj=name,
+            id=check_ids.TASK_QUEUE,
+        )
+        for name, task in sorted(registry.all_tasks().items())
+        if task.queue is not None and task.queue not in settings.queues
+    ]
+
+
+def check_key_prefix_owner(
+    databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Claim ``KEY_PREFIX`` for this project, or report that another holds
+    it (``delayq.E014``); a database check, so it runs only when asked to
+    touch the databases."""
+    from .. import ownership
+
+    if not databases:
+        return []
+    try:
+        conf.parse(conf.raw_settings())
+        ownership.check_prefix()
+    except KeyPrefixInUse as exc:
+        return [
+            Error(
+                str(exc).removesuffix(f" ({check_ids.KEY_PREFIX_IN_USE})"),
+                hint="Set a KEY_PREFIX of this project's own in settings.DELAYQ.",
+                id=check_ids.KEY_PREFIX_IN_USE,
+            )
+        ]
+    except (InvalidConfiguration, RedisUnavailable):
+        return []  # check_settings reports the one; the loops wait out the other
+    except Exception:
+        # The database cannot be read here (Django 6.1 runs database checks
+        # for `check --tag django_delayq` too, wherever it is run): the loops
+        # check the prefix themselves when they start.
+        logger.debug("delayq.E014 not checked", exc_info=True)
+    return []
+
+
+def check_tasks_framework(**kwargs: Any) -> list[CheckMessage]:
+    """Report ``TASKS`` aliases on DelayQueueBackend without the framework
+    (``delayq.E011``); the backend checks itself otherwise (E009, E010)."""
+    from ..contrib.tasks import compat as tasks_compat
+
+    tasks = getattr(django_settings, "TASKS", None)
+    if tasks_compat.AVAILABLE or not isinstance(tasks, Mapping):
+        return []
+    return [
+        Error(
+            f'TASKS["{alias}"] uses DelayQueueBackend, but Django\'s Tasks '
+            f"framework is not installed, so nothing reads settings.TASKS.",
+            hint="Upgrade to Django 6.0 or later, or install the django-tasks "
+            'backport: pip install "django-delayq[tasks]".',
+            obj=alias,
+            id=check_ids.NO_TASKS_FRAMEWORK,
+        )
+        for alias, params in tasks.items()
+        if isinstance(params, Mapping)
+        and params.get("BACKEND") == "django_delayq.backends.DelayQueueBackend"
+    ]

@@ -1,0 +1,171 @@
+"""Everything wrong with a ``DELAYQ`` value, as :class:`Problem` records.
+
+The system checks report them; :func:`django_delayq.conf.parse` raises the
+first error. One validator for both, so ``manage.py check`` and a runtime
+error always say the same thing.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+from ..checks import ids as check_ids
+from ..text import short_repr
+from .redis_settings import connection_problems
+from .schema import (
+    DEFAULTS,
+    KEY_PREFIX_PATTERN,
+    MAX_SHARDS,
+    MAX_TIME_LIMIT,
+    QUEUE_KEYS,
+    QUEUE_NAME,
+    Problem,
+    is_int,
+    is_number,
+)
+
+
+def find_problems(raw: Any) -> list[Problem]:
+    """Return everything wrong with a ``DELAYQ`` value (empty when it is valid)."""
+    example = "DELAYQ = {'REDIS_URL': 'redis://127.0.0.1:6379/0'}"
+    if raw is None:
+        return [
+            Problem(
+                check_ids.CONNECTION,
+                "settings.DELAYQ is not set, so django-delayq has no Redis connection.",
+                f"Add {example}, or point CACHE_ALIAS at a django-redis cache.",
+            )
+        ]
+    if not isinstance(raw, Mapping):
+        return [
+            Problem(
+                check_ids.NOT_A_DICT,
+                f"settings.DELAYQ must be a dict, not {type(raw).__name__}.",
+                f"Use {example}.",
+            )
+        ]
+    problems = [*_unknown_keys(raw), *connection_problems(raw)]
+    problems += _queue_problems(raw.get("QUEUES", DEFAULTS["QUEUES"]))
+    problems += _number_problems(raw)
+    for key, example in (("KEY_PREFIX", "delayq"), ("TEST_KEY_PREFIX", "test_delayq")):
+        prefix = raw.get(key, DEFAULTS[key])
+        if key == "TEST_KEY_PREFIX" and prefix is None:
+            continue
+        if not isinstance(prefix, str) or not KEY_PREFIX_PATTERN.match(prefix):
+            problems.append(
+                Problem(
+                    check_ids.KEY_PREFIX,
+                    f'DELAYQ["{key}"] must be 1-64 characters of letters, '
+                    f"digits and _.:- (no braces: they mark Redis Cluster hash "
+                    f"tags); got {short_repr(prefix)}.",
+                    f'Use e.g. "{key}": "{example}".',
+                )
+            )
+    return problems
+
+
+def _unknown_keys(raw: Mapping[Any, Any]) -> list[Problem]:
+    problems = []
+    for key in raw:
+        if key in DEFAULTS:
+            continue
+        close = difflib.get_close_matches(str(key), DEFAULTS, n=1)
+        hint = (
+            f"Did you mean {close[0]!r}?"
+            if close
+            else f"Known keys: {', '.join(DEFAULTS)}."
+        )
+        problems.append(
+            Problem(
+                check_ids.UNKNOWN_SETTING,
+                f"settings.DELAYQ has an unknown key {short_repr(key)}; it is ignored.",
+                hint,
+                error=False,
+            )
+        )
+    return problems
+
+
+def _queue_problems(queues: Any) -> list[Problem]:
+    hint = 'For example "QUEUES": {"orders": {"shards": 4}}.'
+    if not isinstance(queues, Mapping):
+        return [
+            Problem(
+                check_ids.QUEUES,
+                f'DELAYQ["QUEUES"] must be a dict of queue name to options, '
+                f"not {type(queues).__name__}.",
+                hint,
+            )
+        ]
+    problems = []
+    for name, options in queues.items():
+        where = f'DELAYQ["QUEUES"][{short_repr(name)}]'
+        if not isinstance(name, str) or not QUEUE_NAME.match(name):
+            problems.append(
+                Problem(
+                    check_ids.QUEUES,
+                    f"{where}: a queue name must be 1-64 letters, digits or "
+                    f"_.- characters.",
+                    hint,
+                )
+            )
+            continue
+        if not isinstance(options, Mapping):
+            problems.append(
+                Problem(check_ids.QUEUES, f"{where} must be a dict of options.", hint)
+            )
+            continue
+        unknown = set(options) - QUEUE_KEYS
+        if unknown:
+            problems.append(
+                Problem(
+                    check_ids.QUEUES,
+                    f"{where} has unknown option(s) {sorted(map(str, unknown))}.",
+                    f"Known options: {', '.join(sorted(QUEUE_KEYS))}.",
+                )
+            )
+        shards = options.get("shards", 1)
+        if not is_int(shards) or not 1 <= shards <= MAX_SHARDS:
+            problems.append(
+                Problem(
+                    check_ids.QUEUES,
+                    f'{where}["shards"] must be an integer from 1 to '
+                    f"{MAX_SHARDS}; got {short_repr(shards)}.",
+                    hint,
+                )
+            )
+    return problems
+
+
+def _number_problems(raw: Mapping[Any, Any]) -> list[Problem]:
+    problems = []
+    for key, low, high, integer in (
+        ("MAX_PAYLOAD_BYTES", 1, 64 * 1024 * 1024, True),
+        ("MAX_RESULT_BYTES", 1, 64 * 1024 * 1024, True),
+        ("MAX_ATTEMPTS", 1, 1000, True),  # registry.MAX_ATTEMPTS_LIMIT
+        ("REDIS_TIMEOUT", 0.001, 60.0, False),
+        ("RETRY_BACKOFF", 0.0, 86400.0, False),
+        ("RETRY_BACKOFF_MAX", 0.0, 30 * 86400.0, False),
+        ("VISIBILITY_TIMEOUT", 1.0, 86400.0, False),
+        ("RECONCILE_HORIZON", 0.0, 30 * 86400.0, False),
+        ("RETAIN_SUCCEEDED", 0.0, 3650 * 86400.0, False),
+        ("RETAIN_FAILED", 0.0, 3650 * 86400.0, False),
+        ("TIME_LIMIT", 0.001, MAX_TIME_LIMIT, False),
+    ):
+        value = raw.get(key, DEFAULTS[key])
+        if key == "TIME_LIMIT" and value is None:
+            continue  # no limit
+        valid_type = is_int(value) if integer else is_number(value)
+        if not valid_type or not low <= value <= high:
+            kind = "an integer" if integer else "a number of seconds"
+            problems.append(
+                Problem(
+                    check_ids.NUMBER,
+                    f'DELAYQ["{key}"] must be {kind} from {low} to {high}; '
+                    f"got {short_repr(value)}.",
+                    f"Remove it to use the default ({DEFAULTS[key]!r}).",
+                )
+            )
+    return problems

@@ -1,0 +1,270 @@
+"""The dispatcher: moves due task ids from the due-sets to the ready streams.
+
+One :class:`Dispatcher` per ``delayq_dispatch`` process. Its main loop:
+
+1. keeps its shard leases (:mod:`django_delayq.dispatcher.leases`: take a fair share,
+   renew, hand back extras);
+2. runs ``move.lua`` on each owned shard until nothing more is due; the
+   script answers with the next head's score and Redis' clock;
+3. sleeps on a *local* timer until the earliest head is due (so the fire time
+   does not depend on the Redis server's cron tick), or until woken early by
+   a new earliest task (:mod:`django_delayq.dispatcher.wakeups`).
+
+Idle, a dispatcher issues a handful of Redis commands per lease period, not
+a poll every few ms.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+
+from ..conf import get_settings
+from ..exceptions import RedisUnavailable
+from ..ids import process_name
+from ..ownership import (
+    OWNER_CHECK_INTERVAL,
+    OWNER_RETRY_INTERVAL,
+    check_prefix_if_reachable,
+)
+from ..store import index, wake_lists
+from ..store.connection import Client, get_client
+from ..store.errors import Answers
+from ..store.keys import dispatchers_key, handover_key, shard_keys
+from ..timing import Backoff
+from .leases import DispatchStats, Leases, Shard
+from .wakeups import WakeListener
+
+logger = logging.getLogger(__name__)
+
+
+class Dispatcher:
+    """Move due ids to the ready streams of the shards this process leases.
+
+    :param queues: queue names to serve; ``None`` serves every configured queue.
+    :param batch_size: the most ids one ``move.lua`` call moves.
+    :param lease_ttl: seconds a shard lease lives without renewal: how long a
+        dead dispatcher's shards wait before another takes them over.
+    :param max_wait: the longest the loop sleeps with nothing due, a backstop
+        against a lost wake-up.
+    """
+
+    def __init__(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        batch_size: int = 1000,
+        lease_ttl: float = 30.0,
+        max_wait: float = 60.0,
+    ) -> None:
+        settings = get_settings()
+        names = list(settings.queues) if not queues else list(queues)
+        self.queues = [settings.queue(name) for name in names]
+        if not 1 <= batch_size <= 10_000:
+            raise ValueError(f"batch_size must be from 1 to 10000; got {batch_size}.")
+        if not 1 <= lease_ttl <= 86400:  # also refuses nan and inf
+            raise ValueError(
+                f"lease_ttl must be from 1 to 86400 seconds; got {lease_ttl}."
+            )
+        if not max_wait > 0:
+            raise ValueError(f"max_wait must be a positive number; got {max_wait}.")
+        self.batch_size = batch_size
+        self.lease_ttl = lease_ttl
+        self.max_wait = max_wait
+        self.prefix = settings.key_prefix
+        #: on a Redis Cluster each shard's node fails on its own
+        self._cluster = settings.cluster
+        self.token = process_name(random_digits=8)
+        self.shards = [
+            Shard(shard_keys(self.prefix, queue.name, number))
+            for queue in self.queues
+            for number in range(queue.shards)
+        ]
+        self.stats = DispatchStats()
+        self.leases = Leases(
+            self.shards,
+            token=self.token,
+            members_key=dispatchers_key(self.prefix, [q.name for q in self.queues]),
+            ttl=lease_ttl,
+            stats=self.stats,
+        )
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._listener = WakeListener(
+            self.shards,
+            wake=self._wake,
+            stopping=self._stopping,
+            idle_wait=lease_ttl / 2,
+            handover=handover_key(self.leases.members_key),
+        )
+
+    # -- public ---------------------------------------------------------------
+
+    def run(self, *, once: bool = False) -> DispatchStats:
+        """Dispatch until :meth:`stop` is called (or, with ``once``, until
+        nothing owned is due), then hand the leases back."""
+        client = get_client("loop")
+        logger.info(
+            "dispatcher %s serving %s",
+            self.token,
+            ", ".join(f"{q.name} ({q.shards} shards)" for q in self.queues),
+        )
+        if not once:
+            self._listener.start()
+        next_leases = next_owner_check = 0.0
+        backstop = time.monotonic() + self.max_wait
+        backoff = Backoff("dispatcher", logger)
+        try:
+            while not self._stopping.is_set():
+                try:
+                    now = time.monotonic()
+                    if now >= next_owner_check:
+                        # Before any move, and now and then after (Redis may
+                        # have restarted empty and been claimed by another
+                        # project since); see django_delayq.ownership.
+                        checked = check_prefix_if_reachable()
+                        next_owner_check = now + (
+                            OWNER_CHECK_INTERVAL if checked else OWNER_RETRY_INTERVAL
+                        )
+                    handed_over = self._listener.handed_over()
+                    if now >= next_leases or handed_over:
+                        if self.leases.keep(client, recount=handed_over):
+                            self._listener.nudge(client)
+                        next_leases = now + self.lease_ttl / 2
+                    if now >= backstop or once:
+                        # Look at every owned shard now and then, in case a
+                        # wake-up was lost (e.g. Redis restarted meanwhile).
+                        for shard in self.shards:
+                            if shard.owned:
+                                shard.due_at = now
+                        backstop = now + self.max_wait
+                    self._wake.clear()  # before draining: no wake-up is lost
+                    self._take_woken(now)
+                    self._drain(client, once)
+                    backoff.answered()
+                except RedisUnavailable as exc:
+                    if once:
+                        raise  # one pass asked for: say it could not be made
+                    self._stopping.wait(backoff.failed(exc))
+                    continue
+                if once:
+                    break
+                self._sleep(min(next_leases, backstop))
+        finally:
+            self._hand_back(client)
+        return self.stats
+
+    def stop(self) -> None:
+        """Finish the current batch, hand the leases back and return from run()."""
+        self._stopping.set()
+        self._wake.set()
+
+    # -- the loop ---------------------------------------------------------------
+
+    def _take_woken(self, now: float) -> None:
+        woken = self._listener.woken()
+        for shard in self.shards:
+            if shard.owned and shard.keys.wake in woken:
+                shard.due_at = now
+
+    def _drain(self, client: Client, once: bool = False) -> None:
+        """Move what is due on every owned shard that is due or was woken.
+
+        On a Redis Cluster a shard whose node fails is retried on its own
+        back-off while the others go on: one primary failing over must not
+        stop the shards the other primaries serve. So is a shard whose Redis
+        answers with an error about its own keys (a due-set that is not a
+        sorted set: the sweeper replaces it). On one unreachable Redis every
+        shard fails together, so the error reaches the loop, which backs off
+        as a whole; so does any error of a ``--once`` pass, which must say
+        that it could not be made.
+        """
+        now = time.monotonic()
+        failed: list[tuple[Shard, RedisUnavailable]] = []
+        answers = Answers()
+        for shard in self.shards:
+            if not shard.owned or shard.due_at is None or shard.due_at > now:
+                continue
+            try:
+                self._drain_shard(client, shard)
+            except RedisUnavailable as exc:
+                failed.append((shard, exc))
+                # An error Redis answered with (a key of the wrong type) is
+                # an answer: Redis is up.
+                answers.failed(exc, answered=not exc.unreachable)
+                continue
+            answers.answer()
+            shard.backoff.answered()
+        if failed and once:
+            raise failed[-1][1]
+        if not self._cluster:
+            answers.raise_if_none_answered()
+        for shard, error in failed:
+            # Capped low, so that a shard moves again soon after its node's
+            # failover; a node that refuses connections costs nothing much.
+            # An error Redis answered with (a key of the wrong type) lasts
+            # until the sweeper's next pass: no need to ask every second.
+            cap = 1.0 if error.unreachable else 30.0
+            shard.due_at = time.monotonic() + shard.backoff.failed(error, cap=cap)
+
+    def _drain_shard(self, client: Client, shard: Shard) -> None:
+        """Move what is due on one shard, and time its next due task."""
+        while not self._stopping.is_set():
+            sent = time.monotonic()
+            moved, head, redis_now, redis_us = index.move_due(
+                client, shard.keys, self.token, self.batch_size
+            )
+            if moved < 0:
+                # Another dispatcher holds the shard now. If a wake-up
+                # brought us here, it was meant for the new owner.
+                wake_lists.wake(client, shard.keys.wake)
+                self.leases.lose(shard)
+                self._listener.nudge(client)
+                break
+            if moved:
+                self.stats.moved += moved
+                self.stats.batches += 1
+                self.stats.per_shard[shard.label] = (
+                    self.stats.per_shard.get(shard.label, 0) + moved
+                )
+                logger.debug("moved %d from %s", moved, shard.label)
+            if moved == self.batch_size:
+                continue  # more may be due right now
+            # The head's delay is measured on Redis' clock, so a skewed
+            # local clock shifts nothing; only the local timer runs here.
+            # It counts from when the script was sent, not from when its
+            # reply came back: a slow reply must not make the next task
+            # late too. Redis read its clock a little after ``sent``, so
+            # the timer may fire a moment early; the script then moves
+            # nothing (due is decided by Redis' clock) and the next wait
+            # is shorter than a millisecond.
+            redis_ms = redis_now + redis_us / 1000
+            shard.due_at = None if head < 0 else sent + (head - redis_ms) / 1000
+            break
+
+    def _sleep(self, until: float) -> None:
+        deadline = min(
+            [until]
+            + [s.due_at for s in self.shards if s.owned and s.due_at is not None]
+        )
+        timeout = deadline - time.monotonic()
+        # A handover that came after this pass's lease check cleared the
+        # wake-up with the others: look at the leases again now.
+        if timeout > 0 and not self._listener.handed_over(clear=False):
+            self._wake.wait(timeout)
+
+    def _hand_back(self, client: Client) -> None:
+        try:
+            self._stopping.set()
+            self._listener.nudge(client)
+            # Leases first, threads after: the next owner takes over while
+            # this process waits for its listener (a wake-up its threads
+            # still take is put back for the new owner).
+            # A --once pass started no listener: no one to wake but others.
+            self.leases.release_all(client, hand_over=self._listener.started)
+        except RedisUnavailable as exc:
+            logger.warning("dispatcher: could not hand back leases: %s", exc)
+        finally:
+            self._listener.join()

@@ -1,0 +1,282 @@
+"""Running one task on its own: decide from the row, claim it, run it, record it.
+
+Most tasks are claimed and run in groups (:mod:`django_delayq.worker.group_commit`);
+this module is the path for everything a group does not take: a delivery
+whose row is not simply scheduled and due (early, running, finished,
+missing), a task registered with ``atomic=False``, a task this worker does
+not know, and a group's tasks after the group was fenced. It also holds what
+both paths share to run a function; recording its outcome is
+:mod:`django_delayq.outcomes`'.
+
+For ``atomic`` tasks (the default) the function and the success UPDATE
+share one transaction. If the outcome is fenced (this worker was paused past
+its visibility timeout and another worker took the task over), the
+transaction rolls back the function's database writes with it: a stale
+worker's late completion has no effect.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+import traceback
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from .. import registry, transitions
+from ..conf import get_settings
+from ..exceptions import InvalidPayload, TaskNotRegistered, TimeLimitExceeded
+from ..models import DelayedTask, OutboxEntry, Status
+from ..outbox import index_after_commit
+from ..outcomes import (
+    Verdict,
+    fail,
+    record_failure,
+    report_start,
+    report_success,
+    worker_lost,
+    write_db,
+)
+from ..ownership import check_prefix
+from ..payload import check_value
+from ..store.keys import shard_keys
+from .time_limits import NO_WATCHDOG, Watchdog, time_limit_error
+
+logger = logging.getLogger(__name__)
+
+
+class Disposition(enum.Enum):
+    """What the worker does with the stream entry afterwards."""
+
+    DONE = "done"  # acknowledge and delete it
+    DEAD = "dead"  # dead-letter it, with a reason
+    LEAVE = "leave"  # not ours any more: another worker took it over
+
+
+@dataclass(frozen=True)
+class Outcome:
+    disposition: Disposition
+    reason: str = ""
+
+
+DONE = Outcome(Disposition.DONE)
+LEAVE = Outcome(Disposition.LEAVE)
+
+#: An entry this close to its task's run_at (by this worker's clock) is held
+#: until then instead of being put back in the due-set.
+EARLY_WAIT_SECONDS = 1.0
+
+
+class Fenced(Exception):
+    """The row moved on under us: roll back and record nothing."""
+
+
+def execute(
+    task_id: uuid.UUID,
+    *,
+    worker: str,
+    stream: str,
+    entry_id: str,
+    reclaimed: bool,
+    early_wait: float = EARLY_WAIT_SECONDS,
+    watchdog: Watchdog = NO_WATCHDOG,
+) -> Outcome:
+    """Run the task ``task_id``, delivered by entry ``entry_id`` of ``stream``
+    to the worker thread ``worker``, if its row says it should run now.
+
+    Database errors propagate: the caller keeps the entry and tries again.
+    """
+    db = write_db()
+    row = DelayedTask.objects.using(db).filter(pk=task_id).first()
+    if row is None:
+        # Another project's task, under a KEY_PREFIX it claimed after this
+        # worker started? Then stop here rather than dead-letter its tasks.
+        check_prefix()
+        return Outcome(Disposition.DEAD, "no task row has this id")
+    if row.status in (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED):
+        return DONE  # finished or cancelled since it was dispatched
+    if row.status == Status.RUNNING:
+        if transitions.delivery_of(row.claim_entry) != entry_id:
+            # The attempt belongs to another delivery of this task (a
+            # duplicate entry, or a retry's): leave it to that one.
+            return DONE
+        # An entry id is unique within one stream only: the same id in
+        # another stream (forged, or written by hand) is not the delivery
+        # that claimed the attempt, and must not run it a second time.
+        keys = shard_keys(get_settings().key_prefix, row.queue, row.shard)
+        own = keys.ready_of(row.priority)
+        if stream != own:
+            return Outcome(
+                Disposition.DEAD,
+                f"entry {entry_id} of {stream} names task {row.pk}, which "
+                f"{own} delivers; it is running and was not claimed by it",
+            )
+        # The delivery that claimed this attempt, again: reclaimed from a
+        # worker that stopped heartbeating (it died, or was paused: the
+        # attempt fence discards its completion if it wakes), or retried
+        # here after a database error cut the attempt short.
+        # Claimed alone, the attempt is this task's own: if it was its last,
+        # the task fails. Claimed in a batch, it runs again alone, uncounted.
+        if row.attempts >= row.max_attempts and not transitions.claimed_in_batch(row):
+            fail(row, row.attempts, worker_lost(row), "", expect=Status.RUNNING)
+            return DONE
+    else:
+        early = (row.run_at - timezone.now()).total_seconds()
+        if 0 < early <= early_wait:
+            # Due by Redis' clock but not yet by ours (the clocks differ a
+            # little): hold the entry (it is heartbeated) until run_at rather
+            # than bounce it through the due-set.
+            time.sleep(early)
+        elif early > 0:
+            # Dispatched well before its time (a reschedule raced the
+            # dispatcher): put it back in the due-set at the row's time.
+            logger.debug("task %s is not due until %s; re-delayed", row.pk, row.run_at)
+            index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
+            return DONE
+    if transitions.claim(row, entry_id, timezone.now(), worker, db) is None:
+        return DONE  # another worker, a cancel or a reschedule won
+    watchdog.hold([row])
+    try:
+        return start(row, watchdog)
+    finally:
+        watchdog.drop([row])
+
+
+def start(row: DelayedTask, watchdog: Watchdog = NO_WATCHDOG) -> Outcome:
+    """Run the current attempt of a row this worker has just claimed, alone."""
+    try:
+        registered = registry.get(row.name)
+    except TaskNotRegistered as exc:
+        return unknown_task(row, exc)
+    if not run_alone(row, registered, watchdog):
+        # Another worker took this attempt over while we were paused: the
+        # entry is its now, so leave it unacknowledged.
+        return LEAVE
+    return DONE
+
+
+def unknown_task(row: DelayedTask, exc: TaskNotRegistered) -> Outcome:
+    """A claimed row whose name this worker does not know: no code runs.
+
+    Maybe this worker runs older code than the one that scheduled it (a
+    rolling deploy): the attempt fails and is retried with backoff, so an
+    up-to-date worker can take it.
+    """
+    reason = f"task name {row.name!r} is not registered in this worker"
+    verdict = record_failure(row, exc, error=reason, trace="")
+    return Outcome(Disposition.DEAD, reason) if verdict is Verdict.FAILED else DONE
+
+
+def run_alone(
+    row: DelayedTask,
+    registered: registry.Task[Any, Any],
+    watchdog: Watchdog = NO_WATCHDOG,
+) -> bool:
+    """Run the function and record the outcome; False if the attempt was fenced."""
+    problem = registered.argument_problem(row.args, row.kwargs)
+    if problem is not None:
+        return refuse_arguments(row, problem)
+    db = write_db()
+    committed: list[bool] = []
+    limit = time_limit_of(registered)
+    started = row.started_at = timezone.now()
+    report_start(row)
+    try:
+        if registered.atomic:
+            with transaction.atomic(using=db):
+                # Registered first, so it runs first at the commit: if a
+                # callback the task registered raises afterwards, we still
+                # know the task's work and its success were committed.
+                transaction.on_commit(lambda: committed.append(True), using=db)
+                with watchdog.running(row, limit):
+                    value = registered.func(*row.args, **row.kwargs)
+                result = stored_value(row, value)
+                if not transitions.succeed(row, result, started, timezone.now(), db):
+                    raise Fenced
+        else:
+            with watchdog.running(row, limit):
+                value = registered.func(*row.args, **row.kwargs)
+            result = stored_value(row, value)
+            if not transitions.succeed(row, result, started, timezone.now(), db):
+                raise Fenced
+    except Fenced:
+        log_fenced(row)
+        return False
+    except FAILURES as exc:
+        if committed:
+            logger.exception(
+                "task %s succeeded, but an on_commit callback it registered "
+                "raised; later callbacks of that transaction did not run",
+                row.pk,
+            )
+        else:
+            # Task code calling sys.exit() (or raising KeyboardInterrupt)
+            # fails its attempt like any error; it must not end the thread.
+            record_failure(row, exc, error=failure_text(exc, limit))
+            return True
+    report_success(row)
+    return True
+
+
+#: What a task's function may raise that fails its attempt (and no more):
+#: task code calling sys.exit() must not end a worker thread.
+FAILURES = (Exception, SystemExit, KeyboardInterrupt, TimeLimitExceeded)
+
+
+def refuse_arguments(row: DelayedTask, problem: str) -> bool:
+    """Fail a task whose stored arguments do not fit its function, without
+    calling it; False if the attempt was fenced.
+
+    Every attempt would raise the same ``TypeError`` (a row scheduled before
+    the function's signature changed): retrying it only delays the failure.
+    A ``TypeError`` raised inside the function is an ordinary failure.
+    """
+    exc = TypeError(
+        f"{row.name}: not called, its stored arguments do not fit it: {problem}. "
+        f"Schedule it again with arguments that fit."
+    )
+    error = f"TypeError: {exc}"
+    trace = "".join(traceback.format_exception_only(exc))
+    return fail(row, row.attempts, error, trace, expect=Status.RUNNING)
+
+
+def time_limit_of(registered: registry.Task[Any, Any]) -> float | None:
+    """The task's time limit: its own, or ``DELAYQ["TIME_LIMIT"]``."""
+    if registered.time_limit is not None:
+        return registered.time_limit
+    return get_settings().time_limit
+
+
+def failure_text(exc: BaseException, limit: float | None) -> str | None:
+    """The error to record for ``exc``, where the default would say too little."""
+    if isinstance(exc, TimeLimitExceeded) and limit is not None:
+        return time_limit_error(limit)
+    return None
+
+
+def stored_value(row: DelayedTask, result: Any) -> Any:
+    """The return value as stored: JSON of at most ``MAX_RESULT_BYTES``;
+    anything else is dropped, with a warning that says why."""
+    try:
+        return check_value(
+            result, "the return value", max_bytes=get_settings().max_result_bytes
+        )
+    except InvalidPayload as exc:
+        logger.warning(
+            "task %s succeeded; its return value is not stored: %s", row.pk, exc
+        )
+        return None
+
+
+def log_fenced(row: DelayedTask) -> None:
+    logger.warning(
+        "task %s: attempt %d finished after another worker took it over; "
+        "its completion was discarded",
+        row.pk,
+        row.attempts,
+    )
