@@ -11,6 +11,11 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "Call",
+    "acancel",
+    "areschedule",
+    "aretry",
+    "aschedule",
+    "aschedule_many",
     "cancel",
     "reschedule",
     "retry",
@@ -23,14 +28,22 @@ from .registry import task
 
 if TYPE_CHECKING:
     from .api import Call, cancel, reschedule, retry, schedule, schedule_many
+    from .asyncapi import acancel, areschedule, aretry, aschedule, aschedule_many
+
+_API = {"Call", "cancel", "reschedule", "retry", "schedule", "schedule_many"}
+_ASYNC_API = {"acancel", "areschedule", "aretry", "aschedule", "aschedule_many"}
 
 
 def __getattr__(name: str) -> Any:
     # The API imports the models, which need the app registry: import it on
     # first use so that "from django_delayq import task" works in a tasks.py
     # imported while apps are still loading.
-    if name in {"Call", "cancel", "reschedule", "retry", "schedule", "schedule_many"}:
+    if name in _API:
         from . import api
 
         return getattr(api, name)
+    if name in _ASYNC_API:
+        from . import asyncapi
+
+        return getattr(asyncapi, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

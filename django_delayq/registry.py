@@ -13,8 +13,13 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, Unpack, overload
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+
+from . import coroutines
 from .exceptions import InvalidArgument, InvalidTaskDefinition, TaskNotRegistered
 from .options import ScheduleOptions
+from .options import validate_max_attempts as validate_max_attempts
+from .options import validate_priority as validate_priority
 from .settings_schema import MAX_TIME_LIMIT
 from .text import check_text
 
@@ -32,6 +37,7 @@ class Task(Generic[P, R]):
 
     Calling the object calls the function directly, in this process; use
     :meth:`schedule` (or :func:`django_delayq.schedule`) to run it later.
+    Of an ``async def`` function, the call returns its coroutine, to await.
     """
 
     def __init__(
@@ -52,6 +58,8 @@ class Task(Generic[P, R]):
         self.time_limit = time_limit
         self.priority = priority
         functools.update_wrapper(self, func)
+        if iscoroutinefunction(func):  # for async_to_sync(), Django and asyncio
+            markcoroutinefunction(self)
 
     def __repr__(self) -> str:
         return f"<Task {self.name}>"
@@ -104,6 +112,18 @@ class Task(Generic[P, R]):
         from .api import schedule
 
         return schedule(self, **options)
+
+    async def aschedule(self, **options: Unpack[ScheduleOptions]) -> DelayedTask:
+        """:meth:`schedule` from async code (see :func:`django_delayq.aschedule`)."""
+        from .asyncapi import aschedule  # as schedule() above
+
+        return await aschedule(self, **options)
+
+    def run(
+        self, args: Sequence[Any], kwargs: dict[str, Any], limit: float | None
+    ) -> Any:
+        """Call the function as a worker does (:func:`.coroutines.run`)."""
+        return coroutines.run(self.func, args, kwargs, limit)
 
 
 def _plain(signature: inspect.Signature) -> inspect.Signature:
@@ -262,40 +282,6 @@ def _build(
         time_limit=None if time_limit is None else float(time_limit),
         priority=priority,
     )
-
-
-#: The most attempts a task may have (the same bound as the setting's).
-MAX_ATTEMPTS_LIMIT = 1000
-
-
-def validate_max_attempts(value: object, *, where: str) -> int:
-    if (
-        not isinstance(value, int)
-        or isinstance(value, bool)
-        or not 1 <= value <= MAX_ATTEMPTS_LIMIT
-    ):
-        raise InvalidArgument(
-            f"{where} must be an integer from 1 (no retries) to "
-            f"{MAX_ATTEMPTS_LIMIT}; got {value!r}."
-        )
-    return value
-
-
-#: The priorities a task may have: Django's Tasks range.
-MIN_PRIORITY, MAX_PRIORITY = -100, 100
-
-
-def validate_priority(value: object, *, where: str) -> int:
-    if (
-        not isinstance(value, int)
-        or isinstance(value, bool)
-        or not MIN_PRIORITY <= value <= MAX_PRIORITY
-    ):
-        raise InvalidArgument(
-            f"{where} must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY} "
-            f"(higher starts first; 0 is the default); got {value!r}."
-        )
-    return value
 
 
 def register(registered: Task[Any, Any]) -> None:
