@@ -33,4 +33,5 @@ urlpatterns = [
     path("async/reschedule/", views.reschedule_view),
     path("async/retry/", views.retry_view),
     path("async/schedule-in-transaction/", views.schedule_in_transaction_view),
+    path("async/enqueue/", views.enqueue_view),
 ]

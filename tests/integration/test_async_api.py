@@ -254,3 +254,15 @@ def test_task_aschedule_takes_the_options_of_aschedule(redis_client):
     row = refresh(task)
     assert (row.name, row.args, row.priority) == (order_cancel.name, [9], 5)
     assert indexed_score(redis_client, row) == expected_score(row)
+
+
+def test_a_tasks_framework_task_enqueues_from_an_async_view(redis_client):
+    with transaction.atomic():
+        answer = post("/async/enqueue/", {"args": [20, 22]})
+        assert answer["status"] == "READY"
+        assert due_members(redis_client) == {}  # indexed at the commit
+    row = DelayedTask.objects.get(pk=answer["id"])
+    assert row.args == [20, 22]
+    assert indexed_score(redis_client, row) == expected_score(row)
+    drain()
+    assert refresh(row).result == 42

@@ -89,3 +89,14 @@ async def schedule_in_transaction_view(request: HttpRequest) -> JsonResponse:
         if fail:
             raise ViewFailed(f"the view failed after scheduling {task.pk}")
     return JsonResponse({"id": str(task.pk)})
+
+
+async def enqueue_view(request: HttpRequest) -> JsonResponse:
+    """A ``django.tasks`` task enqueued on DelayQueueBackend from async code,
+    and its result read back, with the framework's own async methods."""
+    from tests.testapp.django_tasks import add
+
+    body = _body(request)
+    result = await add.aenqueue(*body["args"])
+    again = await add.aget_result(result.id)
+    return JsonResponse({"id": result.id, "status": again.status})
