@@ -11,6 +11,11 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "Call",
+    "acancel",
+    "areschedule",
+    "aretry",
+    "aschedule",
+    "aschedule_many",
     "cancel",
     "reschedule",
     "retry",
@@ -22,14 +27,40 @@ __all__ = [
 from .registry import task
 
 if TYPE_CHECKING:
-    from .api import Call, cancel, reschedule, retry, schedule, schedule_many
+    from .api import (
+        Call,
+        acancel,
+        areschedule,
+        aretry,
+        aschedule,
+        aschedule_many,
+        cancel,
+        reschedule,
+        retry,
+        schedule,
+        schedule_many,
+    )
+
+_API = {
+    "Call",
+    "acancel",
+    "areschedule",
+    "aretry",
+    "aschedule",
+    "aschedule_many",
+    "cancel",
+    "reschedule",
+    "retry",
+    "schedule",
+    "schedule_many",
+}
 
 
 def __getattr__(name: str) -> Any:
     # The API imports the models, which need the app registry: import it on
     # first use so that "from django_delayq import task" works in a tasks.py
     # imported while apps are still loading.
-    if name in {"Call", "cancel", "reschedule", "retry", "schedule", "schedule_many"}:
+    if name in _API:
         from . import api
 
         return getattr(api, name)

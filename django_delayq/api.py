@@ -21,11 +21,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from . import registry, signals, transitions
-from .changes import cancel, reschedule, retry
+from .changes import acancel, areschedule, aretry, cancel, reschedule, retry
 from .conf import get_settings
 from .db.inserts import insert_rows, new_row
 from .exceptions import DuplicateTask, InvalidArgument
@@ -39,7 +40,19 @@ from .timing import resolve_run_at
 
 MAX_KEY_LENGTH = 200
 
-__all__ = ["Call", "cancel", "reschedule", "retry", "schedule", "schedule_many"]
+__all__ = [
+    "Call",
+    "acancel",
+    "areschedule",
+    "aretry",
+    "aschedule",
+    "aschedule_many",
+    "cancel",
+    "reschedule",
+    "retry",
+    "schedule",
+    "schedule_many",
+]
 
 
 @dataclass(frozen=True)
@@ -334,3 +347,57 @@ def _release_key(key: str, db: str) -> None:
     holder = written(lookup, db, status=Status.CANCELLED, finished_at=now)
     unindex_after_commit([holder], OutboxEntry.Action.CANCEL, db)
     signals.send_on_commit(signals.task_cancelled, [holder], db)
+
+
+# -- from async code ------------------------------------------------------------
+#
+# As Django's own a-methods do (QuerySet.aget(), Task.aenqueue()), each twin
+# runs its sync one through sync_to_async(..., thread_sensitive=True): on the
+# thread that holds the caller's database connection (in a request, the
+# thread all of that request's sync code runs on). So the write joins the
+# transaction open on that connection, if there is one, and the task is
+# indexed in Redis when it commits; with none, the write commits at once and
+# the task is indexed before the call returns, as schedule() does in
+# autocommit.
+
+
+async def aschedule(
+    fn_or_name: Any,
+    *,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    delay: float | datetime.timedelta | None = None,
+    eta: datetime.datetime | None = None,
+    queue: str | None = None,
+    key: str | None = None,
+    replace: bool = False,
+    max_attempts: int | None = None,
+    priority: int | None = None,
+    using: str | None = None,
+) -> DelayedTask:
+    """:func:`~django_delayq.schedule`, from async code; the same arguments,
+    errors and transaction semantics."""
+    return await sync_to_async(schedule, thread_sensitive=True)(
+        fn_or_name,
+        args=args,
+        kwargs=kwargs,
+        delay=delay,
+        eta=eta,
+        queue=queue,
+        key=key,
+        replace=replace,
+        max_attempts=max_attempts,
+        priority=priority,
+        using=using,
+    )
+
+
+async def aschedule_many(
+    calls: Iterable[Call], *, using: str | None = None
+) -> list[DelayedTask]:
+    """:func:`~django_delayq.schedule_many`, from async code.
+
+    ``calls`` is read on the connection's thread, with the rest: pass a list
+    (or any iterable that thread may consume), not an async iterator.
+    """
+    return await sync_to_async(schedule_many, thread_sensitive=True)(calls, using=using)

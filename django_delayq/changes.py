@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import uuid
 
+from asgiref.sync import sync_to_async
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -215,4 +216,46 @@ def _retry_key_clash(lookup: Lookup, db: str) -> DuplicateTask:
         f"it finishes, then retry.",
         key=key,
         existing_id=holder.pk,
+    )
+
+
+# -- from async code: see django_delayq.api -------------------------------------
+
+
+async def acancel(
+    task_or_id: DelayedTask | uuid.UUID | str | None = None,
+    *,
+    key: str | None = None,
+    using: str | None = None,
+) -> bool:
+    """:func:`~django_delayq.cancel`, from async code."""
+    return await sync_to_async(cancel, thread_sensitive=True)(
+        task_or_id, key=key, using=using
+    )
+
+
+async def areschedule(
+    task_or_id: DelayedTask | uuid.UUID | str | None = None,
+    *,
+    key: str | None = None,
+    delay: float | datetime.timedelta | None = None,
+    eta: datetime.datetime | None = None,
+    using: str | None = None,
+) -> DelayedTask:
+    """:func:`~django_delayq.reschedule`, from async code."""
+    return await sync_to_async(reschedule, thread_sensitive=True)(
+        task_or_id, key=key, delay=delay, eta=eta, using=using
+    )
+
+
+async def aretry(
+    task_or_id: DelayedTask | uuid.UUID | str,
+    *,
+    delay: float | datetime.timedelta | None = None,
+    eta: datetime.datetime | None = None,
+    using: str | None = None,
+) -> DelayedTask:
+    """:func:`~django_delayq.retry`, from async code."""
+    return await sync_to_async(retry, thread_sensitive=True)(
+        task_or_id, delay=delay, eta=eta, using=using
     )

@@ -7,15 +7,25 @@ import or call arbitrary code.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, Unpack, overload
 
+from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction
+
 from .conf.schema import MAX_TIME_LIMIT
-from .exceptions import InvalidArgument, InvalidTaskDefinition, TaskNotRegistered
+from .exceptions import (
+    InvalidArgument,
+    InvalidTaskDefinition,
+    TaskNotRegistered,
+    TimeLimitExceeded,
+)
 from .options import ScheduleOptions
+from .options import validate_max_attempts as validate_max_attempts
+from .options import validate_priority as validate_priority
 from .text import check_text
 
 if TYPE_CHECKING:
@@ -32,6 +42,7 @@ class Task(Generic[P, R]):
 
     Calling the object calls the function directly, in this process; use
     :meth:`schedule` (or :func:`django_delayq.schedule`) to run it later.
+    Of an ``async def`` function, the call returns its coroutine, to await.
     """
 
     def __init__(
@@ -52,6 +63,8 @@ class Task(Generic[P, R]):
         self.time_limit = time_limit
         self.priority = priority
         functools.update_wrapper(self, func)
+        if iscoroutinefunction(func):  # for async_to_sync(), Django and asyncio
+            markcoroutinefunction(self)
 
     def __repr__(self) -> str:
         return f"<Task {self.name}>"
@@ -104,6 +117,59 @@ class Task(Generic[P, R]):
         from .api import schedule
 
         return schedule(self, **options)
+
+    async def aschedule(self, **options: Unpack[ScheduleOptions]) -> DelayedTask:
+        """:meth:`schedule` from async code (see :func:`django_delayq.aschedule`)."""
+        from .api import aschedule  # as schedule() above
+
+        return await aschedule(self, **options)
+
+    def run(
+        self, args: Sequence[Any], kwargs: dict[str, Any], limit: float | None
+    ) -> Any:
+        """Call the function as a worker does and return its value.
+
+        A worker thread calls a task's function inside the task's transaction
+        (``atomic=True``) or its savepoint in a group. An ``async def``
+        function is run to its end by asgiref's ``async_to_sync``: the
+        coroutine runs on an event loop in a thread of its own while the
+        worker thread waits and serves its thread-sensitive calls, so
+        ``sync_to_async(..., thread_sensitive=True)`` and Django's async ORM
+        methods run on the worker thread's connection, in the task's
+        transaction: what the coroutine writes commits or rolls back with the
+        attempt, as a sync task's writes do. It is awaited for at most
+        ``limit`` seconds.
+        """
+        if not iscoroutinefunction(self.func):
+            return self.func(*args, **kwargs)
+        return async_to_sync(_within)(self.func, args, kwargs, limit)
+
+
+async def _within(
+    func: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    limit: float | None,
+) -> Any:
+    """Await ``func(*args, **kwargs)``; past ``limit`` seconds, cancel it and
+    raise :class:`TimeLimitExceeded`.
+
+    The watchdog's interruption cannot stop a coroutine: it is raised in the
+    worker thread, which waits on a lock for the coroutine and would see it
+    only when the coroutine calls back or ends. Cancelling the coroutine on
+    its own loop stops it at its next ``await``, as the watchdog stops a
+    function at its next instruction.
+    """
+    if limit is None:
+        return await func(*args, **kwargs)
+    deadline = asyncio.timeout(limit)
+    try:
+        async with deadline:
+            return await func(*args, **kwargs)
+    except TimeoutError:
+        if deadline.expired():
+            raise TimeLimitExceeded from None
+        raise  # the task's own timeout, not its time limit
 
 
 def _plain(signature: inspect.Signature) -> inspect.Signature:
@@ -262,40 +328,6 @@ def _build(
         time_limit=None if time_limit is None else float(time_limit),
         priority=priority,
     )
-
-
-#: The most attempts a task may have (the same bound as the setting's).
-MAX_ATTEMPTS_LIMIT = 1000
-
-
-def validate_max_attempts(value: object, *, where: str) -> int:
-    if (
-        not isinstance(value, int)
-        or isinstance(value, bool)
-        or not 1 <= value <= MAX_ATTEMPTS_LIMIT
-    ):
-        raise InvalidArgument(
-            f"{where} must be an integer from 1 (no retries) to "
-            f"{MAX_ATTEMPTS_LIMIT}; got {value!r}."
-        )
-    return value
-
-
-#: The priorities a task may have: Django's Tasks range.
-MIN_PRIORITY, MAX_PRIORITY = -100, 100
-
-
-def validate_priority(value: object, *, where: str) -> int:
-    if (
-        not isinstance(value, int)
-        or isinstance(value, bool)
-        or not MIN_PRIORITY <= value <= MAX_PRIORITY
-    ):
-        raise InvalidArgument(
-            f"{where} must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY} "
-            f"(higher starts first; 0 is the default); got {value!r}."
-        )
-    return value
 
 
 def register(registered: Task[Any, Any]) -> None:

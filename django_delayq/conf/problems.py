@@ -144,7 +144,7 @@ def _number_problems(raw: Mapping[Any, Any]) -> list[Problem]:
     for key, low, high, integer in (
         ("MAX_PAYLOAD_BYTES", 1, 64 * 1024 * 1024, True),
         ("MAX_RESULT_BYTES", 1, 64 * 1024 * 1024, True),
-        ("MAX_ATTEMPTS", 1, 1000, True),  # registry.MAX_ATTEMPTS_LIMIT
+        ("MAX_ATTEMPTS", 1, 1000, True),  # options.MAX_ATTEMPTS_LIMIT
         ("REDIS_TIMEOUT", 0.001, 60.0, False),
         ("RETRY_BACKOFF", 0.0, 86400.0, False),
         ("RETRY_BACKOFF_MAX", 0.0, 30 * 86400.0, False),

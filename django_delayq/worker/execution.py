@@ -194,13 +194,13 @@ def run_alone(
                 # know the task's work and its success were committed.
                 transaction.on_commit(lambda: committed.append(True), using=db)
                 with watchdog.running(row, limit):
-                    value = registered.func(*row.args, **row.kwargs)
+                    value = registered.run(row.args, row.kwargs, limit)
                 result = stored_value(row, value)
                 if not transitions.succeed(row, result, started, timezone.now(), db):
                     raise Fenced
         else:
             with watchdog.running(row, limit):
-                value = registered.func(*row.args, **row.kwargs)
+                value = registered.run(row.args, row.kwargs, limit)
             result = stored_value(row, value)
             if not transitions.succeed(row, result, started, timezone.now(), db):
                 raise Fenced

@@ -268,7 +268,7 @@ def _run_one(
         try:
             with savepoints.around_task():
                 with watchdog.running(row, limit):
-                    value = registered.func(*row.args, **row.kwargs)
+                    value = registered.run(row.args, row.kwargs, limit)
                 value = stored_value(row, value)
         finally:
             runs.append((row.name, time.monotonic() - clock))

@@ -292,3 +292,74 @@ def measures(value: object) -> int:
 @task
 def takes_anything(*args: object, **kwargs: object) -> None:
     """Any arguments fit: for the tests of how arguments are stored."""
+
+
+@task(max_attempts=2)
+async def async_create_order(status: str) -> int:
+    """Writes an order through Django's async ORM, then raises for
+    ``status="bad"``: that write must be rolled back with the attempt."""
+    from tests.testapp.models import Order
+
+    order = await Order.objects.acreate(status=status)
+    if status == "bad":
+        raise ValueError("bad order")
+    return order.pk
+
+
+@task(max_attempts=1)
+async def async_writes_through_sync_code(status: str) -> dict[str, object]:
+    """Writes an order through ``sync_to_async`` and tells on which thread,
+    and whether in a transaction; raises for ``status="bad"``."""
+    import threading
+
+    from asgiref.sync import sync_to_async
+    from django.db import connection
+
+    from tests.testapp.models import Order
+
+    def write() -> dict[str, object]:
+        Order.objects.create(status=status)
+        return {
+            "thread": threading.get_ident(),
+            "in_atomic_block": connection.in_atomic_block,
+        }
+
+    seen = await sync_to_async(write, thread_sensitive=True)()
+    if status == "bad":
+        raise ValueError("bad order")
+    return seen
+
+
+@task(atomic=False, max_attempts=1)
+async def async_create_order_non_atomic(status: str) -> int:
+    """As :func:`async_create_order`, outside a transaction."""
+    from tests.testapp.models import Order
+
+    order = await Order.objects.acreate(status=status)
+    if status == "bad":
+        raise ValueError("bad order")
+    return order.pk
+
+
+@task(time_limit=0.3, max_attempts=2)
+async def async_waits(status: str) -> None:
+    """Writes an order, then awaits far longer than its time limit: the
+    write must be rolled back with the interrupted attempt."""
+    import asyncio
+
+    from tests.testapp.models import Order
+
+    await Order.objects.acreate(status=status)
+    await asyncio.sleep(60)
+
+
+@task(max_attempts=1)
+async def async_schedules(order_id: int) -> str:
+    """Schedules another task with ``aschedule()`` from inside its own
+    attempt, then raises for ``order_id=0``."""
+    from django_delayq import aschedule
+
+    follow_up = await aschedule(order_cancel, args=[order_id], delay=900)
+    if order_id == 0:
+        raise ValueError("no order")
+    return str(follow_up.pk)

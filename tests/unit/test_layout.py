@@ -24,7 +24,20 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from django_delayq import schedule
+import pytest
+
+from django_delayq import (
+    acancel,
+    areschedule,
+    aretry,
+    aschedule,
+    aschedule_many,
+    cancel,
+    reschedule,
+    retry,
+    schedule,
+    schedule_many,
+)
 from django_delayq.options import ScheduleOptions
 from django_delayq.registry import Task
 
@@ -37,7 +50,8 @@ CONTRIBUTING = PACKAGE.parent / "docs" / "contributing.md"
 #: the module, may close a cycle.
 LAZY_CYCLES = {
     ("django_delayq.registry", "django_delayq.api"): (
-        "Task.schedule() calls schedule(), whose module imports the registry"
+        "Task.schedule() and Task.aschedule() call schedule() and aschedule(), "
+        "whose module imports the registry"
     ),
 }
 
@@ -352,6 +366,30 @@ def test_schedule_and_task_schedule_take_the_same_options():
     assert spelled_out == set(ScheduleOptions.__optional_keys__)
     # Task.schedule() takes exactly those, as **options: ScheduleOptions.
     kinds = [p.kind for p in inspect.signature(Task.schedule).parameters.values()]
+    assert kinds == [
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,  # self
+        inspect.Parameter.VAR_KEYWORD,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("twin", "original"),
+    [
+        (aschedule, schedule),
+        (aschedule_many, schedule_many),
+        (acancel, cancel),
+        (areschedule, reschedule),
+        (aretry, retry),
+    ],
+)
+def test_each_async_twin_takes_the_arguments_of_its_sync_twin(twin, original):
+    def parameters(function: object) -> list[tuple[str, object, object]]:
+        signature = inspect.signature(function)  # type: ignore[arg-type]
+        return [(p.name, p.kind, p.default) for p in signature.parameters.values()]
+
+    assert inspect.iscoroutinefunction(twin)
+    assert parameters(twin) == parameters(original)
+    kinds = [p.kind for p in inspect.signature(Task.aschedule).parameters.values()]
     assert kinds == [
         inspect.Parameter.POSITIONAL_OR_KEYWORD,  # self
         inspect.Parameter.VAR_KEYWORD,
