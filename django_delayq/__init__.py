@@ -41,19 +41,8 @@ if TYPE_CHECKING:
         schedule_many,
     )
 
-_API = {
-    "Call",
-    "acancel",
-    "areschedule",
-    "aretry",
-    "aschedule",
-    "aschedule_many",
-    "cancel",
-    "reschedule",
-    "retry",
-    "schedule",
-    "schedule_many",
-}
+#: What is imported from :mod:`django_delayq.api` on first use.
+_API = frozenset(__all__) - {"task"}
 
 
 def __getattr__(name: str) -> Any:

@@ -29,6 +29,16 @@ def ready_entries(client: redis.Redis) -> dict[uuid.UUID, int]:
     return found
 
 
+def wait_owning(dispatcher: Dispatcher, shards: int, who: str) -> None:
+    """Wait until ``dispatcher`` owns ``shards`` shards."""
+    wait_for(
+        lambda: sum(s.owned for s in dispatcher.shards) == shards,
+        10,
+        f"{who} owning {shards} shards",
+        poll=0.01,
+    )
+
+
 @pytest.fixture
 def running() -> Iterator[Callable[..., Dispatcher]]:
     """Start dispatchers in threads; stop them all at the end of the test."""
@@ -97,25 +107,10 @@ def test_a_new_earliest_task_wakes_a_sleeping_dispatcher(redis_client, running):
 
 def test_two_dispatchers_share_the_shards(redis_client, running):
     first = running(queues=["orders"], lease_ttl=1.0)
-    wait_for(
-        lambda: sum(s.owned for s in first.shards) == 4,
-        10,
-        "the first dispatcher owning 4 shards",
-        poll=0.01,
-    )
+    wait_owning(first, 4, "the first dispatcher")
     second = running(queues=["orders"], lease_ttl=1.0)
-    wait_for(
-        lambda: sum(s.owned for s in second.shards) == 2,
-        10,
-        "the second dispatcher owning 2 shards",
-        poll=0.01,
-    )
-    wait_for(
-        lambda: sum(s.owned for s in first.shards) == 2,
-        10,
-        "the first dispatcher owning 2 shards",
-        poll=0.01,
-    )
+    wait_owning(second, 2, "the second dispatcher")
+    wait_owning(first, 2, "the first dispatcher")
     owners = {s.label for s in first.shards if s.owned}
     owners |= {s.label for s in second.shards if s.owned}
     assert owners == {f"orders:{n}" for n in range(4)}
@@ -133,19 +128,9 @@ def test_two_dispatchers_share_the_shards(redis_client, running):
 def test_a_stopped_dispatchers_shards_are_taken_over(redis_client, running):
     first = running(queues=["orders"], lease_ttl=1.0)
     second = running(queues=["orders"], lease_ttl=1.0)
-    wait_for(
-        lambda: sum(s.owned for s in second.shards) == 2,
-        10,
-        "the second dispatcher owning 2 shards",
-        poll=0.01,
-    )
+    wait_owning(second, 2, "the second dispatcher")
     first.stop()
-    wait_for(
-        lambda: sum(s.owned for s in second.shards) == 4,
-        10,
-        "the second dispatcher owning 4 shards",
-        poll=0.01,
-    )
+    wait_owning(second, 4, "the second dispatcher")
 
 
 def test_a_stopping_dispatcher_hands_its_shards_over_at_once(redis_client, running):
@@ -153,12 +138,7 @@ def test_a_stopping_dispatcher_hands_its_shards_over_at_once(redis_client, runni
     shards when the first one stops, not at its next check (a rolling
     restart must not leave the shards undrained for a lease period)."""
     first = running(queues=["orders"], lease_ttl=120.0)
-    wait_for(
-        lambda: sum(s.owned for s in first.shards) == 4,
-        10,
-        "the first dispatcher owning 4 shards",
-        poll=0.01,
-    )
+    wait_owning(first, 4, "the first dispatcher")
     second = running(queues=["orders"], lease_ttl=120.0)
     wait_for(
         lambda: second.leases._checks >= 1,
@@ -169,12 +149,7 @@ def test_a_stopping_dispatcher_hands_its_shards_over_at_once(redis_client, runni
     assert not any(s.owned for s in second.shards)  # all held by the first
 
     first.stop()
-    wait_for(
-        lambda: sum(s.owned for s in second.shards) == 4,
-        10,
-        "the second dispatcher owning the 4 shards handed over",
-        poll=0.01,
-    )
+    wait_owning(second, 4, "the second dispatcher")
     tasks = [schedule(order_cancel, args=[i]) for i in range(8)]
     wait_for(
         lambda: set(ready_entries(redis_client)) == {t.pk for t in tasks},
@@ -191,12 +166,7 @@ def test_a_standby_dispatcher_stops_at_once_and_takes_no_handover(
     """A dispatcher without shards that stops ends its handover read at
     once, so that a handover meant for a live dispatcher reaches it."""
     owner = running(queues=["orders"], lease_ttl=120.0)
-    wait_for(
-        lambda: sum(s.owned for s in owner.shards) == 4,
-        10,
-        "the first dispatcher owning 4 shards",
-        poll=0.01,
-    )
+    wait_owning(owner, 4, "the first dispatcher")
     standby = Dispatcher(queues=["orders"], lease_ttl=120.0)
     thread = threading.Thread(target=standby.run, daemon=True)
     thread.start()
@@ -211,12 +181,7 @@ def test_a_standby_dispatcher_stops_at_once_and_takes_no_handover(
     successor = running(queues=["orders"], lease_ttl=120.0)
     wait_for(lambda: successor.leases._checks >= 1, 10, "the successor's check")
     owner.stop()
-    wait_for(
-        lambda: sum(s.owned for s in successor.shards) == 4,
-        10,
-        "the successor owning the 4 shards handed over",
-        poll=0.01,
-    )
+    wait_owning(successor, 4, "the successor")
 
 
 def test_a_dispatcher_whose_lease_was_taken_moves_nothing(redis_client):
