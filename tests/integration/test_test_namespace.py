@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 from django.core import checks
@@ -49,35 +51,60 @@ def test_the_namespace_follows_key_prefix(default_namespace, settings):
     assert after == "test_shop_" + before.removeprefix("test_delayq_")
 
 
-def prefix_in_a_child(parallel_worker: int = 0) -> str:
-    """The key prefix a forked process sees: a worker of `test --parallel`
-    (Django numbers them from 1), or a process the library forks (0)."""
+#: Run in a process of its own, single-threaded (forking this test process,
+#: whose other tests leave threads behind, could deadlock the child): sets up
+#: Django's test environment as a test runner does, then forks the way the
+#: library and Django's `test --parallel` do, and prints the prefixes seen.
+FORKING = """
+import os, sys
+import django
+django.setup()
+from django.conf import settings
+from django.test.utils import setup_test_environment
+settings.DELAYQ = {"REDIS_URL": "redis://127.0.0.1:1/0"}
+setup_test_environment()
+from django_delayq.conf import get_settings
+
+def in_a_child(parallel_worker):
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
-        try:
-            if parallel_worker:
-                import django.test.runner
-
-                django.test.runner._worker_id = parallel_worker  # type: ignore[attr-defined]
-            os.write(write, get_settings().key_prefix.encode())
-        finally:
-            os._exit(0)
+        if parallel_worker:
+            import django.test.runner
+            django.test.runner._worker_id = parallel_worker
+        os.write(write, get_settings().key_prefix.encode())
+        os._exit(0)
     os.close(write)
     with os.fdopen(read) as pipe:
         prefix = pipe.read()
     os.waitpid(pid, 0)
     return prefix
 
-
-def test_a_worker_of_test_parallel_gets_a_namespace_of_its_own(default_namespace):
-    ours = get_settings().key_prefix
-    assert prefix_in_a_child(parallel_worker=2) == f"{ours}_2"
+print(get_settings().key_prefix, in_a_child(0), in_a_child(2))
+"""
 
 
-def test_a_process_forked_during_a_test_run_shares_its_namespace(default_namespace):
-    """A worker process of `delayq_worker --processes`, started by a test."""
-    assert prefix_in_a_child() == get_settings().key_prefix
+def forked_prefixes() -> tuple[str, str, str]:
+    """The prefix of a test process, of a process the library forks from it
+    (a worker process of `delayq_worker --processes` a test starts), and of
+    the second worker of `test --parallel`."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORKING],
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    ours, library, worker = done.stdout.split()
+    return ours, library, worker
+
+
+def test_forked_processes_share_the_namespace_and_parallel_workers_get_theirs():
+    ours, library, worker = forked_prefixes()
+    assert re.fullmatch(r"test_delayq_[0-9a-f]{8}", ours)
+    assert library == ours
+    assert worker == f"{ours}_2"
 
 
 def test_test_key_prefix_is_used_as_it_is_and_emptied_at_the_end(settings):
