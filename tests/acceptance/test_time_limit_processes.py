@@ -75,7 +75,12 @@ def test_a_supervisor_replaces_a_child_stuck_in_a_task(
         40,
         "the stuck child replaced",
     )
-    assert re.search(r"started worker process \d+", processes.log(supervisor))
+    # The replacement is forked after that line is written: wait for it.
+    wait_for(
+        lambda: re.search(r"started worker process \d+", processes.log(supervisor)),
+        20,
+        "the replacement started",
+    )
     row = DelayedTask.objects.get(pk=stuck.pk)
     assert (row.status, row.attempts) == (Status.SCHEDULED, 1)
     assert cancel(stuck)
