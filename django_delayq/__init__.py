@@ -17,6 +17,7 @@ __all__ = [
     "aschedule",
     "aschedule_many",
     "cancel",
+    "periodic",
     "reschedule",
     "retry",
     "schedule",
@@ -24,6 +25,7 @@ __all__ = [
     "task",
 ]
 
+from .periodic import periodic
 from .registry import task
 
 if TYPE_CHECKING:
@@ -42,7 +44,7 @@ if TYPE_CHECKING:
     )
 
 #: What is imported from :mod:`django_delayq.api` on first use.
-_API = frozenset(__all__) - {"task"}
+_API = frozenset(__all__) - {"periodic", "task"}
 
 
 def __getattr__(name: str) -> Any:

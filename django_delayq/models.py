@@ -208,3 +208,54 @@ class OutboxEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.task_id}"
+
+
+class PeriodicSchedule(models.Model):
+    """The shared state of one periodic schedule (``@periodic`` or
+    ``DELAYQ["PERIODIC"]``).
+
+    Its ticks are ordinary task rows; this row records how far ahead they are
+    written. Every process that keeps schedules advances
+    ``planned_through`` with a compare-and-set in the transaction that
+    inserts the ticks after it, so a tick is written once however many
+    processes plan at the same moment.
+    """
+
+    name = models.CharField(_("name"), max_length=200, primary_key=True)
+    definition = models.CharField(
+        _("definition"),
+        max_length=300,
+        help_text=_(
+            "When it ticks, as its ticks were last planned; a deploy that "
+            "changes it replaces the ticks not yet due."
+        ),
+    )
+    planned_through = models.DateTimeField(
+        _("planned through"),
+        help_text=_("The latest tick written as a task row."),
+    )
+    paused = models.BooleanField(
+        _("paused"),
+        default=False,
+        db_default=False,
+        help_text=_("A paused schedule writes no ticks; those missed are skipped."),
+    )
+    paused_at = models.DateTimeField(_("paused at"), null=True, blank=True)
+    removed_at = models.DateTimeField(
+        _("removed at"),
+        null=True,
+        blank=True,
+        help_text=_("When the code stopped declaring it; its future ticks stop."),
+    )
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+
+    class Meta:
+        verbose_name = _("periodic schedule")
+        verbose_name_plural = _("periodic schedules")
+        ordering = ("name",)
+        permissions = [
+            ("pause_periodicschedule", _("Can pause and resume periodic schedules")),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

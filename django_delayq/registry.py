@@ -246,7 +246,7 @@ def task(
     """
 
     def decorate(fn: Callable[P, R]) -> Task[P, R]:
-        registered = _build(
+        registered = build(
             fn,
             name=name,
             queue=queue,
@@ -263,7 +263,7 @@ def task(
     return decorate
 
 
-def _build(
+def build(
     fn: Callable[P, R],
     *,
     name: str | None,
@@ -272,7 +272,9 @@ def _build(
     atomic: bool = True,
     time_limit: float | None = None,
     priority: int = 0,
+    cls: type[Task[Any, Any]] = Task,
 ) -> Task[P, R]:
+    """Validate ``@task``'s options and return the (unregistered) task."""
     if isinstance(fn, Task):
         raise InvalidTaskDefinition(f"{fn.name} is already a task; apply @task once.")
     if not inspect.isfunction(fn):
@@ -319,7 +321,7 @@ def _build(
             f"@task(time_limit=...) must be a number of seconds, more than 0 and "
             f"at most {MAX_TIME_LIMIT:g}, or None; got {time_limit!r}."
         )
-    return Task(
+    return cls(
         fn,
         name,
         queue=queue,

@@ -13,7 +13,12 @@ from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Warning
 
 from .. import conf, registry
-from ..exceptions import InvalidConfiguration, KeyPrefixInUse, RedisUnavailable
+from ..exceptions import (
+    InvalidConfiguration,
+    InvalidTaskDefinition,
+    KeyPrefixInUse,
+    RedisUnavailable,
+)
 from . import ids as check_ids
 
 logger = logging.getLogger(__name__)
@@ -45,6 +50,25 @@ def check_tasks(**kwargs: Any) -> list[CheckMessage]:
         )
         for name, task in sorted(registry.all_tasks().items())
         if task.queue is not None and task.queue not in settings.queues
+    ]
+
+
+def check_periodic(**kwargs: Any) -> list[CheckMessage]:
+    """Report ``DELAYQ["PERIODIC"]`` entries that cannot run
+    (``delayq.E015``); the planners leave them out and log the same."""
+    from ..periodic import declared
+
+    try:
+        _, problems = declared()
+    except InvalidTaskDefinition as exc:  # PERIODIC itself is not a dict
+        problems = [str(exc)]
+    return [
+        Error(
+            problem,
+            hint="Fix the entry (see the periodic schedules guide), or remove it.",
+            id=check_ids.PERIODIC,
+        )
+        for problem in problems
     ]
 
 

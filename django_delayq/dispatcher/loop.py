@@ -29,6 +29,7 @@ from ..ownership import (
     OWNER_RETRY_INTERVAL,
     check_prefix_if_reachable,
 )
+from ..periodic.keeper import Keeper
 from ..store import index, wake_lists
 from ..store.connection import Client, get_client
 from ..store.errors import Answers
@@ -111,8 +112,12 @@ class Dispatcher:
             self.token,
             ", ".join(f"{q.name} ({q.shards} shards)" for q in self.queues),
         )
+        keeper = None
         if not once:
             self._listener.start()
+            # Each dispatcher also keeps the periodic schedules planned.
+            keeper = Keeper("dispatcher")
+            keeper.start()
         next_leases = next_owner_check = 0.0
         backstop = time.monotonic() + self.max_wait
         backoff = Backoff("dispatcher", logger)
@@ -154,6 +159,8 @@ class Dispatcher:
                 self._sleep(min(next_leases, backstop))
         finally:
             self._hand_back(client)
+            if keeper is not None:
+                keeper.stop()
         return self.stats
 
     def stop(self) -> None:

@@ -23,6 +23,7 @@ from ..ids import process_name
 from ..models import DelayedTask, Status
 from ..outbox import replay_outbox
 from ..ownership import check_prefix_if_reachable
+from ..periodic.keeper import Keeper
 from ..store import leases
 from ..store.connection import Client, get_client
 from ..store.errors import Answers, error_text
@@ -126,7 +127,6 @@ class Sweeper:
     def run(self, *, interval: float = 30.0, once: bool = False) -> SweepResult:
         """Sweep every ``interval`` seconds until :meth:`stop`; return the last pass."""
         result = SweepResult()
-        first = True
         # Passes in a row that Redis or the database cut short: each waits
         # the interval, as a pass that worked does.
         backoff = Backoff(
@@ -139,6 +139,21 @@ class Sweeper:
         )
         self._lock_ms = max(2000, int(2 * interval * 1000))
         self._interval = interval
+        # A looping sweeper also keeps the periodic schedules planned (a
+        # pass from cron does not: it does not live to the next tick).
+        keeper = None if once else Keeper("sweeper")
+        if keeper is not None:
+            keeper.start()
+        try:
+            return self._loop(interval, once, backoff, result)
+        finally:
+            if keeper is not None:
+                keeper.stop()
+
+    def _loop(
+        self, interval: float, once: bool, backoff: Backoff, result: SweepResult
+    ) -> SweepResult:
+        first = True
         while not self._stopping.is_set():
             try:
                 result = self.sweep()

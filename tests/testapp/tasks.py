@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 
 from django_delayq import task
 
@@ -363,3 +364,31 @@ async def async_schedules(order_id: int) -> str:
     if order_id == 0:
         raise ValueError("no order")
     return str(follow_up.pk)
+
+
+# Periodic schedules' functions: not decorated here, so that no dispatcher of
+# the suite plans them; a test declares a schedule of them with @periodic or
+# DELAYQ["PERIODIC"].
+
+
+def record_tick(tick: datetime.datetime) -> None:
+    """Note this run of a tick in the ledger, keyed by the tick's time."""
+    import os
+
+    from django.utils import timezone
+
+    from django_delayq.periodic.schedules import tick_text
+    from tests.testapp.models import Ledger
+
+    Ledger.objects.create(key=tick_text(tick), pid=os.getpid(), at=timezone.now())
+
+
+def count_run() -> None:
+    """Note a run of a schedule whose function takes no tick."""
+    import os
+
+    from django.utils import timezone
+
+    from tests.testapp.models import Ledger
+
+    Ledger.objects.create(key="count_run", pid=os.getpid(), at=timezone.now())

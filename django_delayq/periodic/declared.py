@@ -1,0 +1,307 @@
+"""``@periodic`` and ``DELAYQ["PERIODIC"]``: the schedules a project declares.
+
+Both give :class:`~.schedules.Schedule` objects; :func:`declared` is the one
+list the planner, the system checks, the admin and ``delayq_status`` read.
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, ParamSpec, TypeVar
+
+from django.utils import timezone as django_timezone
+from django.utils.module_loading import import_string
+
+from .. import registry
+from ..exceptions import InvalidTaskDefinition, TaskNotRegistered
+from .schedules import (
+    DEFAULT_CATCH_UP,
+    CatchUp,
+    Schedule,
+    check_arguments,
+    check_definition,
+    check_name,
+    parse_tick,
+)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_declared: dict[str, Schedule] = {}
+_lock = threading.Lock()
+
+#: The keys of one ``DELAYQ["PERIODIC"]`` entry.
+SETTING_KEYS = frozenset(
+    {
+        "task",
+        "cron",
+        "every",
+        "timezone",
+        "catch_up",
+        "args",
+        "kwargs",
+        "queue",
+        "priority",
+        "max_attempts",
+    }
+)
+
+
+class PeriodicTask(registry.Task[P, R]):
+    """The task of a ``@periodic`` function: a function with a parameter
+    named ``tick`` receives the tick's scheduled time.
+
+    The tick travels in the row's kwargs as text (rows hold JSON) and
+    becomes an aware ``datetime`` here, as the function is called. Scheduled
+    by hand without one, the function gets the time its run started.
+    """
+
+    def argument_problem(self, args: Any, kwargs: dict[str, Any]) -> str | None:
+        if self._takes_tick and "tick" not in kwargs:
+            kwargs = {**kwargs, "tick": None}
+        return super().argument_problem(args, kwargs)
+
+    def run(self, args: Any, kwargs: dict[str, Any], limit: float | None) -> Any:
+        if self._takes_tick:
+            tick = kwargs.get("tick")
+            kwargs = {
+                **kwargs,
+                "tick": django_timezone.now()
+                if tick is None
+                else parse_tick(tick)
+                if isinstance(tick, str)
+                else tick,
+            }
+        return super().run(args, kwargs, limit)
+
+    @property
+    def _takes_tick(self) -> bool:
+        signature = self.signature
+        return signature is not None and "tick" in signature.parameters
+
+
+def periodic(
+    *,
+    cron: str | None = None,
+    every: datetime.timedelta | None = None,
+    timezone: str | None = None,
+    catch_up: CatchUp = DEFAULT_CATCH_UP,
+    name: str | None = None,
+    queue: str | None = None,
+    max_attempts: int | None = None,
+    priority: int = 0,
+    time_limit: float | None = None,
+    atomic: bool = True,
+) -> Callable[[Callable[P, R]], PeriodicTask[P, R]]:
+    """Run a function on a schedule: at the times of a ``cron`` expression,
+    or ``every`` so often.
+
+    The function becomes a task too (``@task`` options: ``name``,
+    ``queue``, ``max_attempts``, ``priority``, ``time_limit``, ``atomic``),
+    which can be scheduled by hand like any other. Each tick is a task row
+    with the dedupe key ``periodic:<name>@<time>``, so it runs once however
+    many processes keep the schedule.
+
+    :param cron: 5 fields (minute hour day month weekday), or 6 with seconds
+        first, in ``timezone``.
+    :param every: a ``timedelta`` of at least one second; ticks fall on whole
+        multiples of it since 1970-01-01 UTC.
+    :param timezone: an IANA name for ``cron``; defaults to
+        ``settings.TIME_ZONE``.
+    :param catch_up: what happens to ticks missed while nothing kept the
+        schedule (every process stopped): ``"none"`` skips them,
+        ``"latest"`` (the default) runs the most recent once, ``"all"`` runs
+        each of them, up to the latest 100.
+    """
+    where = "@periodic"
+    cron, every = check_definition(
+        where=where, cron=cron, every=every, timezone=timezone, catch_up=catch_up
+    )
+
+    def decorate(fn: Callable[P, R]) -> PeriodicTask[P, R]:
+        if isinstance(fn, registry.Task):
+            raise InvalidTaskDefinition(
+                f"{fn.name} is already a task: use @periodic(...) instead of "
+                f"@task, not both (it takes the same options)."
+            )
+        built = registry.build(
+            fn,
+            name=name,
+            queue=queue,
+            max_attempts=max_attempts,
+            atomic=atomic,
+            time_limit=time_limit,
+            priority=priority,
+            cls=PeriodicTask,
+        )
+        assert isinstance(built, PeriodicTask)
+        schedule = Schedule(
+            name=check_name(built.name, where),
+            task=built,
+            cron=cron,
+            every=every,
+            timezone=timezone,
+            catch_up=catch_up,
+        )
+        _refuse_other_arguments(schedule, where)
+        registry.register(built)
+        with _lock:
+            _declared[schedule.name] = schedule
+        return built
+
+    return decorate
+
+
+def _refuse_other_arguments(schedule: Schedule, where: str) -> None:
+    """A tick calls the function with the schedule's args and kwargs (and
+    ``tick``): refuse a function that cannot be called so, now."""
+    kwargs = dict(schedule.kwargs)
+    if schedule.takes_tick:
+        kwargs["tick"] = None
+    problem = schedule.task.argument_problem(list(schedule.args), kwargs)
+    if problem is not None:
+        raise InvalidTaskDefinition(
+            f"{where}: {schedule.task.name} cannot be called by its ticks: "
+            f"{problem}. A periodic function takes no arguments, or only one "
+            f"named tick (the tick's time)."
+        )
+
+
+def declared() -> tuple[list[Schedule], list[str]]:
+    """Every schedule the project declares, and what is wrong with
+    ``DELAYQ["PERIODIC"]`` (one message per bad entry, which is left out).
+
+    Imports the installed apps' ``tasks`` modules first, where ``@periodic``
+    functions live.
+    """
+    registry.autodiscover()
+    with _lock:
+        found = dict(_declared)
+    problems: list[str] = []
+    for entry_name, entry in _setting().items():
+        try:
+            schedule = from_setting(entry_name, entry)
+        except (InvalidTaskDefinition, TaskNotRegistered, ImportError) as exc:
+            problems.append(str(exc))
+            continue
+        if schedule.name in found:
+            problems.append(
+                f'DELAYQ["PERIODIC"][{entry_name!r}]: a @periodic function '
+                f"already declares a schedule of this name; rename the entry."
+            )
+            continue
+        found[schedule.name] = schedule
+    return [found[name] for name in sorted(found)], problems
+
+
+def _setting() -> Mapping[Any, Any]:
+    from ..conf import raw_settings
+
+    raw = raw_settings()
+    periodic_setting = raw.get("PERIODIC") if isinstance(raw, Mapping) else None
+    if periodic_setting is None:
+        return {}
+    if not isinstance(periodic_setting, Mapping):
+        raise InvalidTaskDefinition(
+            f'DELAYQ["PERIODIC"] must be a dict of schedule name to its '
+            f"options, not {type(periodic_setting).__name__}."
+        )
+    return periodic_setting
+
+
+def from_setting(entry_name: Any, entry: Any) -> Schedule:
+    """One ``DELAYQ["PERIODIC"]`` entry as a :class:`Schedule`.
+
+    ``task`` is a registered task's name, or the dotted path of any
+    function, which is then registered as a task under that path (a
+    function you do not own, such as ``django.core.management.call_command``).
+    """
+    where = f'DELAYQ["PERIODIC"][{entry_name!r}]'
+    check_name(entry_name, where)
+    if not isinstance(entry, Mapping):
+        raise InvalidTaskDefinition(
+            f'{where} must be a dict such as {{"task": "shop.tasks.digest", '
+            f'"cron": "0 8 * * *"}}; got {entry!r}.'
+        )
+    unknown = sorted(str(key) for key in set(entry) - SETTING_KEYS)
+    if unknown:
+        raise InvalidTaskDefinition(
+            f"{where} has unknown keys {', '.join(unknown)}; it takes "
+            f"{', '.join(sorted(SETTING_KEYS))}."
+        )
+    task_name = entry.get("task")
+    if not isinstance(task_name, str) or not task_name:
+        raise InvalidTaskDefinition(
+            f'{where} needs "task": a registered task\'s name or the dotted '
+            f"path of a function; got {task_name!r}."
+        )
+    catch_up = entry.get("catch_up", DEFAULT_CATCH_UP)
+    cron, every = check_definition(
+        where=where,
+        cron=entry.get("cron"),
+        every=entry.get("every"),
+        timezone=entry.get("timezone"),
+        catch_up=catch_up,
+    )
+    args = entry.get("args", ())
+    kwargs = entry.get("kwargs", {})
+    check_arguments(args, kwargs, where)
+    options = {
+        key: entry[key] for key in ("queue", "priority", "max_attempts") if key in entry
+    }
+    task = _task_for_setting(task_name, options, where)
+    schedule = Schedule(
+        name=entry_name,
+        task=task,
+        cron=cron,
+        every=every,
+        timezone=entry.get("timezone"),
+        catch_up=catch_up,
+        args=tuple(args),
+        kwargs=dict(kwargs),
+    )
+    _refuse_other_arguments(schedule, where)
+    return schedule
+
+
+def _task_for_setting(
+    task_name: str, options: Mapping[str, Any], where: str
+) -> registry.Task[Any, Any]:
+    try:
+        found = registry.get(task_name)
+    except TaskNotRegistered:
+        found = None
+    if found is not None:
+        if options:
+            raise InvalidTaskDefinition(
+                f"{where}: {task_name} is a @task, which has its own "
+                f"{', '.join(sorted(options))}; set them on @task, or remove "
+                f"them here."
+            )
+        return found
+    try:
+        fn = import_string(task_name)
+    except ImportError:
+        raise InvalidTaskDefinition(
+            f'{where}: "task" {task_name!r} is neither a registered task nor '
+            f"an importable function; use a dotted path such as "
+            f'"shop.tasks.send_digest".'
+        ) from None
+    built = registry.build(
+        fn,
+        name=task_name,
+        queue=options.get("queue"),
+        max_attempts=options.get("max_attempts"),
+        priority=options.get("priority", 0),
+        cls=PeriodicTask,
+    )
+    registry.register(built)
+    return built
+
+
+def forget(name: str) -> None:
+    """Drop a ``@periodic`` schedule from this process (tests)."""
+    with _lock:
+        _declared.pop(name, None)

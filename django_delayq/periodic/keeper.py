@@ -1,0 +1,76 @@
+"""The thread that keeps the periodic schedules planned, in the processes
+users already run: each ``delayq_dispatch`` and each looping
+``delayq_sweep`` starts one.
+
+It runs :func:`~.planner.plan` about once a second on a database
+connection of its own. Planning never holds up the loop it lives in (a slow
+or unreachable database only delays the ticks); a round that fails is
+retried with a growing wait, logged once per outage.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from django.db import DatabaseError, close_old_connections, connections
+
+from ..exceptions import RedisUnavailable
+from ..timing import Backoff
+from .planner import plan
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between planning rounds: well inside the planner's lookahead.
+INTERVAL = 1.0
+
+
+class Keeper:
+    """Plan the periodic schedules every :data:`INTERVAL` seconds until
+    :meth:`stop`."""
+
+    def __init__(self, who: str, interval: float = INTERVAL) -> None:
+        self.who = who
+        self.interval = interval
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._run, name=f"delayq-periodic-{self.who}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        backoff = Backoff(
+            f"{self.who}: periodic schedules",
+            logger,
+            base=self.interval,
+            cap=30.0,
+            again="the database answers again",
+            tries="planning round(s)",
+        )
+        try:
+            while not self._stopping.is_set():
+                close_old_connections()
+                try:
+                    plan()
+                    backoff.answered()
+                except (DatabaseError, RedisUnavailable) as exc:
+                    # Redis only from the on-commit index writes of schedule_many,
+                    # which send failures to the outbox; kept here for safety.
+                    self._stopping.wait(backoff.failed(exc))
+                    continue
+                except Exception:
+                    # A bug in one round must not end the schedules for good.
+                    logger.exception("%s: a periodic planning round failed", self.who)
+                    self._stopping.wait(backoff.failed(RuntimeError("planning failed")))
+                    continue
+                self._stopping.wait(self.interval)
+        finally:
+            connections.close_all()

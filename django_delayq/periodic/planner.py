@@ -1,0 +1,365 @@
+"""Keep every declared schedule's next ticks written as task rows.
+
+The dispatchers run :func:`plan` about once a second and the sweepers once
+a pass; any number of them at once. Each tick becomes an ordinary
+``DelayedTask`` row (due at the tick, dedupe key ``periodic:<name>@<time>``)
+a few seconds ahead of its time, so the due-sets start it on time and every
+guarantee of a task row (outbox, sweeper, retries, cancel, the admin)
+applies to it.
+
+Exactly once: a schedule's ``PeriodicSchedule.planned_through`` says up to
+when its ticks are written. A planner advances it with a compare-and-set
+UPDATE in the transaction that inserts the ticks in between; of two
+planners that computed the same ticks, one updates the row and commits, the
+other's UPDATE matches nothing and it writes nothing. Tick times depend only
+on the schedule's definition, so the two agree on what to write.
+
+Missed ticks: when ``planned_through`` is already in the past, nothing kept
+the schedule for a while (every process was down). Its ticks since then,
+and the ticks written before that have not started, were missed; the
+schedule's ``catch_up`` says which of them run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from ..exceptions import DuplicateTask
+from ..models import ACTIVE_STATUSES, DelayedTask, PeriodicSchedule, Status
+from .declared import declared
+from .schedules import KEY_PREFIX, MAX_CATCH_UP, Schedule
+
+logger = logging.getLogger(__name__)
+
+#: How far ahead ticks are written: well beyond a planner's cadence (a
+#: second in a dispatcher), so a tick is in Redis before it is due.
+LOOKAHEAD = datetime.timedelta(seconds=5)
+#: A schedule is planned again once less than this is left ahead of it,
+#: so an idle schedule's row is written every few seconds, not every round.
+REFILL_BELOW = LOOKAHEAD / 2
+#: The most ticks one schedule writes in one round (an every=1 s schedule
+#: writes about LOOKAHEAD's worth).
+MAX_TICKS_PER_ROUND = 1000
+
+
+@dataclass
+class PlanResult:
+    """What one planning round did."""
+
+    planned: int = 0
+    caught_up: int = 0
+    skipped: int = 0
+    replaced: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+_reported_problems: set[str] = set()
+
+
+def plan(now: datetime.datetime | None = None) -> PlanResult:
+    """Write the ticks due within :data:`LOOKAHEAD` of every schedule that
+    needs them; retire schedules the code no longer declares."""
+    result = PlanResult()
+    schedules, result.problems = declared()
+    for problem in result.problems:
+        if problem not in _reported_problems:  # once per process, not per round
+            _reported_problems.add(problem)
+            logger.error("periodic schedule left out: %s", problem)
+    now = _aware(timezone.now() if now is None else now)
+    rows = {row.name: row for row in PeriodicSchedule.objects.all()}
+    _create_missing(schedules, rows, now)
+    for name, row in rows.items():
+        if row.removed_at is None and name not in {s.name for s in schedules}:
+            _retire(row, now, result)
+    for schedule in schedules:
+        row = rows[schedule.name]
+        if row.paused:
+            continue
+        if row.removed_at is not None or row.definition != schedule.definition:
+            _restart(schedule, row, now, result)
+            continue
+        if _aware(row.planned_through) >= now + REFILL_BELOW:
+            continue
+        try:
+            _plan_one(schedule, row, now, result)
+        except DuplicateTask:
+            # A tick's key is held by a row this planner did not expect
+            # (another release planned it): the next round plans around it.
+            logger.warning(
+                "periodic schedule %s: a tick is already written; planning it "
+                "again in the next round",
+                schedule.name,
+            )
+    return result
+
+
+def _create_missing(
+    schedules: Iterable[Schedule],
+    rows: dict[str, PeriodicSchedule],
+    now: datetime.datetime,
+) -> None:
+    """Rows for schedules seen for the first time, planned through now: a
+    new schedule starts with its next tick, it has missed nothing."""
+    new = [
+        PeriodicSchedule(name=s.name, definition=s.definition, planned_through=now)
+        for s in schedules
+        if s.name not in rows
+    ]
+    if not new:
+        return
+    PeriodicSchedule.objects.bulk_create(new, ignore_conflicts=True)
+    for row in PeriodicSchedule.objects.filter(name__in=[r.name for r in new]):
+        rows[row.name] = row
+
+
+def _plan_one(
+    schedule: Schedule,
+    row: PeriodicSchedule,
+    now: datetime.datetime,
+    result: PlanResult,
+) -> None:
+    start = _aware(row.planned_through)
+    horizon = now + LOOKAHEAD
+    with transaction.atomic():
+        if not _advance(row, start, horizon):
+            return  # another planner wrote them
+        ticks: list[datetime.datetime] = []
+        if start < now:
+            ticks += _catch_up(schedule, start, now, result)
+            start = now
+        ahead = schedule.ticks_after(start, horizon, MAX_TICKS_PER_ROUND)
+        ticks += ahead
+        _write(schedule, ticks)
+        result.planned += len(ahead)
+    row.planned_through = horizon
+
+
+def _advance(
+    row: PeriodicSchedule, start: datetime.datetime, horizon: datetime.datetime
+) -> bool:
+    """Move ``planned_through`` from ``start`` to ``horizon`` unless another
+    planner moved it first (or the schedule was paused or changed)."""
+    return (
+        PeriodicSchedule.objects.filter(
+            name=row.name,
+            planned_through=row.planned_through,
+            definition=row.definition,
+            paused=False,
+            removed_at=None,
+        ).update(planned_through=horizon)
+        == 1
+    )
+
+
+def _catch_up(
+    schedule: Schedule,
+    start: datetime.datetime,
+    now: datetime.datetime,
+    result: PlanResult,
+) -> list[datetime.datetime]:
+    """Nothing planned the schedule from ``start`` until ``now``: decide
+    which missed ticks run, by ``catch_up``. Returns those to write; cancels
+    the written ones that must not run."""
+    unplanned = [t for t in schedule.ticks_until(now, MAX_CATCH_UP) if t > start]
+    overdue = list(
+        _ticks_of(schedule.name)
+        .filter(status=Status.SCHEDULED, run_at__lte=now)
+        .order_by("run_at")
+    )
+    missed = len(unplanned) + len(overdue)
+    keep_written: list[DelayedTask]
+    write: list[datetime.datetime]
+    if schedule.catch_up == "none":
+        keep_written, write = [], []
+    elif schedule.catch_up == "latest":
+        if unplanned:
+            keep_written, write = [], unplanned[-1:]
+        else:
+            keep_written, write = overdue[-1:], []
+    else:
+        write = unplanned
+        keep_written = overdue[-max(0, MAX_CATCH_UP - len(unplanned)) :]
+        if len(unplanned) >= MAX_CATCH_UP:
+            keep_written = []
+    dropped = [task for task in overdue if task not in keep_written]
+    _cancel(dropped)
+    caught_up = len(write) + len(keep_written)
+    result.caught_up += caught_up
+    result.skipped += missed - caught_up
+    if missed:
+        logger.warning(
+            "periodic schedule %s: %d tick(s) missed while nothing kept it "
+            "(since %s); catch_up=%r runs %d of them",
+            schedule.name,
+            missed,
+            start.isoformat(),
+            schedule.catch_up,
+            caught_up,
+        )
+    return write
+
+
+def _write(schedule: Schedule, ticks: list[datetime.datetime]) -> None:
+    if not ticks:
+        return
+    from ..api import Call, schedule_many
+
+    # A tick whose key a row already holds was written before (by a
+    # previous release, or before the schedule was paused and resumed): it
+    # stays, and is not written twice. Read inside the compare-and-set's
+    # transaction, so no other planner writes one meanwhile.
+    # (The status is tested here, not in SQL, as in api: SQLite's planner
+    # would otherwise read the status index instead of the key index.)
+    held = {
+        key
+        for key, status in DelayedTask.objects.filter(
+            key__in=[schedule.key(tick) for tick in ticks]
+        ).values_list("key", "status")
+        if status in ACTIVE_STATUSES
+    }
+    ticks = [tick for tick in ticks if schedule.key(tick) not in held]
+    if not ticks:
+        return
+    takes_tick = schedule.takes_tick
+    schedule_many(
+        [
+            Call(
+                schedule.task,
+                args=schedule.args,
+                kwargs={**schedule.kwargs, "tick": _text(tick)}
+                if takes_tick
+                else dict(schedule.kwargs),
+                eta=tick,
+                key=schedule.key(tick),
+            )
+            for tick in ticks
+        ]
+    )
+
+
+def _restart(
+    schedule: Schedule,
+    row: PeriodicSchedule,
+    now: datetime.datetime,
+    result: PlanResult,
+) -> None:
+    """The code declares the schedule differently (or again, after it was
+    removed): its ticks not yet due were planned for the old definition.
+    Cancel them and plan the new definition from now; ticks already due
+    are left to run."""
+    with transaction.atomic():
+        updated = PeriodicSchedule.objects.filter(
+            name=row.name,
+            definition=row.definition,
+            planned_through=row.planned_through,
+            removed_at=row.removed_at,
+        ).update(definition=schedule.definition, planned_through=now, removed_at=None)
+        if not updated:
+            return
+        cancelled = _cancel(_future_ticks(schedule.name, now))
+    logger.warning(
+        "periodic schedule %s is now %s (was %s%s); %d tick(s) of the old "
+        "definition not yet due were cancelled",
+        schedule.name,
+        schedule.definition,
+        row.definition,
+        ", removed" if row.removed_at is not None else "",
+        cancelled,
+    )
+    result.replaced.append(schedule.name)
+
+
+def _retire(row: PeriodicSchedule, now: datetime.datetime, result: PlanResult) -> None:
+    """The code no longer declares the schedule: stop its future ticks."""
+    with transaction.atomic():
+        updated = PeriodicSchedule.objects.filter(
+            name=row.name, removed_at=None
+        ).update(removed_at=now)
+        if not updated:
+            return
+        cancelled = _cancel(_future_ticks(row.name, now))
+    logger.warning(
+        "periodic schedule %s is no longer declared in the code: its %d future "
+        "tick(s) were cancelled and it writes no more (ticks already due still run)",
+        row.name,
+        cancelled,
+    )
+    result.removed.append(row.name)
+
+
+def _ticks_of(name: str) -> QuerySet[DelayedTask]:
+    return DelayedTask.objects.filter(
+        key__startswith=f"{KEY_PREFIX}{name}@", status=Status.SCHEDULED
+    )
+
+
+def _future_ticks(name: str, now: datetime.datetime) -> list[DelayedTask]:
+    return list(_ticks_of(name).filter(run_at__gt=now))
+
+
+def _cancel(tasks: Iterable[DelayedTask]) -> int:
+    from ..changes import cancel
+
+    return sum(cancel(task.pk) for task in tasks)
+
+
+def _text(tick: datetime.datetime) -> str:
+    from .schedules import tick_text
+
+    return tick_text(tick)
+
+
+def _aware(value: datetime.datetime) -> datetime.datetime:
+    """Datetimes compared in UTC (naive ones are local, as with USE_TZ=False)."""
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value)
+    return value.astimezone(datetime.UTC)
+
+
+def pause(name: str) -> int:
+    """Pause a schedule: it writes no ticks until :func:`resume`, and its
+    ticks not yet due are cancelled. Kept in its row, so a pause survives
+    restarts and deploys. Returns how many ticks were cancelled; 0 (and
+    nothing changed) if it was paused already.
+
+    :raises PeriodicSchedule.DoesNotExist: no schedule of that name was
+        ever planned.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        row = PeriodicSchedule.objects.select_for_update().get(name=name)
+        if row.paused:
+            return 0
+        PeriodicSchedule.objects.filter(name=name).update(paused=True, paused_at=now)
+        cancelled = _cancel(_future_ticks(name, _aware(now)))
+    logger.warning(
+        "periodic schedule %s paused; %d tick(s) not yet due cancelled", name, cancelled
+    )
+    return cancelled
+
+
+def resume(name: str) -> bool:
+    """Resume a paused schedule from its next tick: the ticks that fell in
+    the pause are skipped, whatever its ``catch_up``. Returns whether it was
+    paused.
+
+    :raises PeriodicSchedule.DoesNotExist: as :func:`pause`.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        row = PeriodicSchedule.objects.select_for_update().get(name=name)
+        if not row.paused:
+            return False
+        PeriodicSchedule.objects.filter(name=name).update(
+            paused=False, paused_at=None, planned_through=now
+        )
+    logger.warning("periodic schedule %s resumed", name)
+    return True
