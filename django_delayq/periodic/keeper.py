@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import threading
 
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import DatabaseError, connections
 
+from ..db.connections import recycle_connections
 from ..exceptions import RedisUnavailable
 from ..timing import Backoff
 from .planner import plan
@@ -57,7 +58,8 @@ class Keeper:
         )
         try:
             while not self._stopping.is_set():
-                close_old_connections()
+                # Kept open between rounds, as a worker keeps its own.
+                recycle_connections()
                 try:
                     plan()
                     backoff.answered()
