@@ -23,6 +23,7 @@ import pytest
 import redis
 
 from tests.acceptance.processes import ExampleShop
+from tools.procs import wait_for
 from tools.servers import RedisServer
 
 pytestmark = pytest.mark.timeout(120)
@@ -279,6 +280,15 @@ def test_a_coupon_reminder_runs_before_expiry_and_the_page_shows_it(
     url = redis_server.url.rsplit("/", 1)[0] + "/1"
     env = {**SHOP_ENV, "SHOP_COUPON_REMIND_BEFORE": "599"}
     with ExampleShop(url, tmp_path, env, migrated) as shop:
+        # The shop is up once its web server answers; the page must show the
+        # reminder within seconds of the coupon, so the dispatcher and the
+        # worker must be up too, not still starting.
+        for name, marker in (("dispatcher", " serving "), ("worker", " thread(s) on ")):
+            wait_for(
+                lambda name=name, marker=marker: marker in shop.log(name),
+                60,
+                f"the shop's {name} running",
+            )
         browser = Browser(shop.url)
         page = browser.submit(browser.get("/"), "/orders/", item="Kite")
         page = browser.submit(page, f"/orders/{last_id(page, 'order')}/coupon/")

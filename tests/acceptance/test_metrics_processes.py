@@ -83,6 +83,12 @@ def test_a_workload_counted_by_the_worker_endpoint_and_the_view(
         10,
         "the failure counted",
     )
+    # Counted after the entry is written to the dead stream.
+    wait_for(
+        lambda: value(scrape(port), "delayq_dead_letters_total", queue="orders") == 1,
+        10,
+        "the dead letter counted",
+    )
     samples = scrape(port)
 
     def tasks(event: str, task: str, queue: str) -> float:
@@ -297,6 +303,12 @@ def test_the_dispatcher_and_delayq_run_serve_metrics(
     task = schedule(record, args=["run"])
     wait_for(lambda: done(Status.SUCCEEDED) == 1, 30, "the task ran")
     labels = dict(queue="orders", task=record.name)
+    # The counter follows the commit it counts by a moment (sent after).
+    wait_for(
+        lambda: value(scrape(run_port), "delayq_tasks_succeeded_total", **labels) == 1,
+        10,
+        "the success counted",
+    )
     wait_for(
         lambda: value(scrape(run_port), "delayq_sweeps_total", outcome="done") >= 1,
         30,
@@ -317,8 +329,16 @@ def test_a_killed_metrics_process_is_reaped_logged_and_restarted(
         "delayq_worker", "--processes", "2", "--metrics-port", str(port)
     )
     wait_for(lambda: _answers(port), 30, "the supervisor's metrics endpoint")
+    # The supervisor logs the serving process once it reported back, which
+    # is after it started listening: /metrics may answer before the line.
+    listening = re.compile(r"metrics process (\d+) listening on ")
+    wait_for(
+        lambda: listening.search(processes.log(supervisor)),
+        30,
+        "the log naming the metrics process",
+    )
     log = processes.log(supervisor)
-    (first,) = re.findall(r"metrics process (\d+) listening on ", log)
+    (first,) = listening.findall(log)
     os.kill(int(first), signal.SIGKILL)
     restarted = re.compile(
         rf"the metrics process serving http://127\.0\.0\.1:{port}/metrics "

@@ -110,9 +110,17 @@ def test_a_supervisor_kills_a_child_whose_task_holds_the_gil_past_its_limit(
         "TimeLimitExceeded: the task ran longer than its time limit of 0.5 s, "
         "and could not be interrupted",
     )
+    # The supervisor logs the child's death just after forking the rescue
+    # that records the failure: the line may come after the row changed.
+    killed = re.compile(r"worker process \d+ was killed by SIGKILL after")
+    wait_for(
+        lambda: killed.search(processes.log(supervisor)),
+        20,
+        "the supervisor logging the kill",
+    )
     log = processes.log(supervisor)
     assert f"has run task {hog.pk} more than 20 s past its time limit" in log
-    assert re.search(r"worker process \d+ was killed by SIGKILL after", log)
+    assert killed.search(log)
 
     neighbour = schedule(create_order, args=["after"])
     wait_for(

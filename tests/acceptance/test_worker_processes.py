@@ -188,9 +188,20 @@ def test_a_task_that_kills_its_process_costs_its_neighbours_nothing(
         "worker lost during attempt 2 of 2: its process exited with status 1 "
         "while running this task"
     )
+    # The row fails in the rescue process, which logs only after its writes;
+    # the supervisor logs the second death just after forking that rescue.
+    charged = f"charged task {culprit.pk}, which was running, an attempt"
+    wait_for(
+        lambda: (
+            processes.log(supervisor).count("exited with status 1 after") >= 2
+            and charged in processes.log(supervisor)
+        ),
+        20,
+        "both deaths and the charge logged",
+    )
     log = processes.log(supervisor)
     assert log.count("exited with status 1 after") == 2
-    assert f"charged task {culprit.pk}, which was running, an attempt" in log
+    assert charged in log
 
 
 def test_a_second_sigterm_kills_the_children_at_once(

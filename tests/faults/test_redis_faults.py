@@ -183,9 +183,6 @@ def test_redis_restored_from_an_older_snapshot(make_rig: Callable[..., Rig]) -> 
         "early tasks done",
     )
     batch += schedule_records("slow", 2, seconds=3.0, rollback_every=0)
-    batch += schedule_records(
-        "ghost", 40, delay=lambda i: 4.0 + i * 0.01, rollback_every=0
-    )
     slow = [batch.committed["slow-0"], batch.committed["slow-1"]]
     wait_for(
         lambda: (
@@ -196,6 +193,11 @@ def test_redis_restored_from_an_older_snapshot(make_rig: Callable[..., Rig]) -> 
         ),
         10,
         "slow tasks running",
+    )
+    # Scheduled once the slow ones run, so that however long they took to
+    # start, the ghosts are still waiting in the due-sets at the snapshot.
+    batch += schedule_records(
+        "ghost", 40, delay=lambda i: 4.0 + i * 0.01, rollback_every=0
     )
     assert not Ledger.objects.filter(key__startswith="ghost-").exists(), (
         "ghosts ran before the snapshot: the machine is too slow for this scenario"

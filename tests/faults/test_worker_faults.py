@@ -37,8 +37,10 @@ def test_worker_killed_mid_task(rig: Rig) -> None:
     in_flight = 0
     for _ in range(3):
         wait_for(lambda: running() > 0, 30, "a task running")
-        in_flight += running()
         rig.kill(worker)
+        # Counted once it is dead (and before another worker starts): until
+        # then it may claim more, and only its own claims are left running.
+        in_flight += running()
         worker = rig.worker()
         rig.wait_ready(worker)
 
