@@ -31,6 +31,12 @@ class DelayQueueConfig(AppConfig):
             _reset_connections, dispatch_uid="django_delayq.connection.reset"
         )
         _install_tasks_backend()
+        # A worker runs the ticks of DELAYQ["PERIODIC"] entries whose
+        # function is no @task: it finds them in the setting by name.
+        from . import registry
+        from .periodic.declared import task_from_setting
+
+        registry.add_fallback(task_from_setting)
 
 
 def _reset_connections(**kwargs: object) -> None:

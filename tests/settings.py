@@ -7,6 +7,7 @@ settings at them.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 
@@ -99,6 +100,10 @@ DELAYQ = {
     "QUEUES": {"orders": {"shards": 4}, "reports": {}},
     "TEST_KEY_PREFIX": "delayq",
 }
+# Periodic schedules of the commands a test starts as subprocesses, as JSON
+# (tests/acceptance/test_periodic_processes.py).
+if "DELAYQ_TEST_PERIODIC" in os.environ:
+    DELAYQ["PERIODIC"] = json.loads(os.environ["DELAYQ_TEST_PERIODIC"])
 
 # Django's Tasks framework (django.tasks on Django 6, the django-tasks
 # backport on 5.2) on django-delayq. "elsewhere" is another backend: a worker

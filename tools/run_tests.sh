@@ -40,7 +40,8 @@ cd "$(dirname "$(realpath "$0")")/.." || exit 2
 dbs="sqlite postgres"
 # Worker processes under a supervisor, killed, stuck and recycled; the
 # processes of `make example`, stopped with Ctrl-C; delayq_status against
-# killed processes; the metrics endpoints of the commands' processes.
+# killed processes; the metrics endpoints of the commands' processes;
+# periodic schedules across stops and deploys.
 PROCESS_TESTS=(
     tests/acceptance/test_worker_processes.py
     tests/acceptance/test_time_limit_processes.py
@@ -48,6 +49,7 @@ PROCESS_TESTS=(
     tests/acceptance/test_status_processes.py
     tests/acceptance/test_metrics_processes.py
     tests/acceptance/test_metrics_without_prometheus.py
+    tests/acceptance/test_periodic_processes.py
 )
 # Fresh projects of their own, on their own SQLite file: docs/quickstart.md
 # followed (tests/docs), and a project's own `manage.py test` beside its

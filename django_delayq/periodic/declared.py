@@ -269,17 +269,19 @@ def from_setting(entry_name: Any, entry: Any) -> Schedule:
 def _task_for_setting(
     task_name: str, options: Mapping[str, Any], where: str
 ) -> registry.Task[Any, Any]:
-    try:
-        found = registry.get(task_name)
-    except TaskNotRegistered:
-        found = None
-    if found is not None:
+    # The registry itself, not registry.get(): its fallbacks include
+    # task_from_setting, which comes back here.
+    registry.autodiscover()
+    found = registry.all_tasks().get(task_name)
+    if found is not None and not isinstance(found, PeriodicTask):
         if options:
             raise InvalidTaskDefinition(
                 f"{where}: {task_name} is a @task, which has its own "
                 f"{', '.join(sorted(options))}; set them on @task, or remove "
                 f"them here."
             )
+        return found
+    if found is not None:  # registered from this setting before
         return found
     try:
         fn = import_string(task_name)
@@ -299,6 +301,25 @@ def _task_for_setting(
     )
     registry.register(built)
     return built
+
+
+def task_from_setting(name: str) -> registry.Task[Any, Any] | None:
+    """The task a ``DELAYQ["PERIODIC"]`` entry registers under ``name``, for
+    :func:`registry.get` in a process that has not read the setting (a
+    worker); None if no valid entry names that function. Never raises, as
+    a registry fallback must not."""
+    try:
+        entries = _setting()
+    except InvalidTaskDefinition:
+        return None
+    for entry_name, entry in entries.items():
+        if not isinstance(entry, Mapping) or entry.get("task") != name:
+            continue
+        try:
+            return from_setting(entry_name, entry).task
+        except (InvalidTaskDefinition, TaskNotRegistered, ImportError):
+            continue
+    return None
 
 
 def forget(name: str) -> None:

@@ -371,8 +371,9 @@ async def async_schedules(order_id: int) -> str:
 # DELAYQ["PERIODIC"].
 
 
-def record_tick(tick: datetime.datetime) -> None:
-    """Note this run of a tick in the ledger, keyed by the tick's time."""
+def record_tick(tick: datetime.datetime, label: str = "") -> None:
+    """Note this run of a tick in the ledger, keyed by ``label`` and the
+    tick's time."""
     import os
 
     from django.utils import timezone
@@ -380,7 +381,9 @@ def record_tick(tick: datetime.datetime) -> None:
     from django_delayq.periodic.schedules import tick_text
     from tests.testapp.models import Ledger
 
-    Ledger.objects.create(key=tick_text(tick), pid=os.getpid(), at=timezone.now())
+    Ledger.objects.create(
+        key=f"{label}{tick_text(tick)}", pid=os.getpid(), at=timezone.now()
+    )
 
 
 def count_run() -> None:
