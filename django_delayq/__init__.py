@@ -24,8 +24,6 @@ __all__ = [
     "task",
 ]
 
-from .registry import task
-
 if TYPE_CHECKING:
     from .api import (
         Call,
@@ -40,15 +38,22 @@ if TYPE_CHECKING:
         schedule,
         schedule_many,
     )
+    from .registry import task
 
 #: What is imported from :mod:`django_delayq.api` on first use.
 _API = frozenset(__all__) - {"task"}
 
 
 def __getattr__(name: str) -> Any:
-    # The API imports the models, which need the app registry: import it on
-    # first use so that "from django_delayq import task" works in a tasks.py
-    # imported while apps are still loading.
+    # Nothing is imported with the package: the pytest plugin
+    # (django_delayq.testing.pytest_plugin) is loaded in sessions that may
+    # have no Django settings. The API imports the models, which need the
+    # app registry: imported on first use, "from django_delayq import task"
+    # works in a tasks.py imported while apps are still loading.
+    if name == "task":
+        from .registry import task
+
+        return task
     if name in _API:
         from . import api
 

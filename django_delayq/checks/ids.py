@@ -23,6 +23,7 @@ NO_TASKS_FRAMEWORK = "delayq.E011"  # the backend without Django's Tasks framewo
 SENTINEL = "delayq.E012"  # REDIS_SENTINEL is invalid
 CLUSTER = "delayq.E013"  # REDIS_CLUSTER cannot be used as set
 KEY_PREFIX_IN_USE = "delayq.E014"  # another project's tasks under KEY_PREFIX
+TEST_MODE = "delayq.E015"  # TEST_MODE is not None, "manual" or "immediate"
 UNKNOWN_SETTING = "delayq.W001"  # an unknown key in DELAYQ
 REDIS_EVICTS = "delayq.W002"  # deploy: maxmemory-policy is not noeviction
 REDIS_NOT_PERSISTENT = "delayq.W003"  # deploy: no RDB, no AOF
@@ -46,6 +47,7 @@ ALL = (
     SENTINEL,
     CLUSTER,
     KEY_PREFIX_IN_USE,
+    TEST_MODE,
     UNKNOWN_SETTING,
     REDIS_EVICTS,
     REDIS_NOT_PERSISTENT,
