@@ -30,7 +30,7 @@ from ..conf import get_settings
 from ..conf.schema import TEST_MODES
 from ..models import DelayedTask
 from ..outbox import Indexer
-from .running import run_first_attempts
+from .running import from_testcase, run_first_attempts
 
 Mode = Literal["manual", "immediate"]
 
@@ -52,7 +52,7 @@ class ImmediateIndexer:
         run = _Run([task.pk for task in tasks])
         connection = connections[using]
         blocks = connection.atomic_blocks
-        if not (blocks and _from_testcase(blocks[0])):
+        if not (blocks and from_testcase(blocks[0])):
             # A real transaction (TransactionTestCase, a live server) or
             # autocommit: Django runs it at the commit, or at once.
             transaction.on_commit(run, using=using)
@@ -65,7 +65,7 @@ class ImmediateIndexer:
             (
                 connection.savepoint_ids[index - offset]
                 for index, block in enumerate(blocks)
-                if not _from_testcase(block)
+                if not from_testcase(block)
                 and index >= offset
                 and connection.savepoint_ids[index - offset] is not None
             ),
@@ -83,12 +83,6 @@ class ImmediateIndexer:
 
     def unindex(self, tasks: Sequence[DelayedTask], action: str, using: str) -> None:
         pass
-
-
-def _from_testcase(block: Any) -> bool:
-    """Whether an atomic block is one of those TestCase opens around a test
-    (Django marks them so for ``durable=True``)."""
-    return bool(getattr(block, "_from_testcase", False))
 
 
 class _Run:

@@ -244,6 +244,12 @@ class _Runner:
                 )
 
 
+def from_testcase(block: Any) -> bool:
+    """Whether an atomic block is one of those Django's ``TestCase`` opens
+    around a test (it marks them so, for ``durable=True``)."""
+    return bool(getattr(block, "_from_testcase", False))
+
+
 @contextlib.contextmanager
 def _attempt_commits(using: str) -> Iterator[None]:
     """Inside Django's ``TestCase``, run the ``on_commit`` callbacks an
@@ -255,7 +261,7 @@ def _attempt_commits(using: str) -> Iterator[None]:
     """
     connection = connections[using]
     blocks = connection.atomic_blocks
-    if not (blocks and getattr(blocks[0], "_from_testcase", False)):
+    if not (blocks and from_testcase(blocks[0])):
         yield
         return
     before = {id(item) for item in connection.run_on_commit}
@@ -266,7 +272,8 @@ def _attempt_commits(using: str) -> Iterator[None]:
         connection.run_on_commit = [
             i for i in connection.run_on_commit if id(i) in before
         ]
-        for _, callback, robust in new:
+        pending: list[Any] = new  # (savepoint ids, callback, robust)
+        for _, callback, robust in pending:
             if not robust:
                 callback()
                 continue

@@ -358,19 +358,6 @@ def test_immediate_mode_runs_the_first_attempt_and_leaves_retries_to_run_due():
     assert cancelled.status == "unpaid"
 
 
-@pytest.mark.django_db(transaction=True)
-@test_mode("immediate")
-def test_immediate_mode_with_real_transactions_runs_at_the_commit():
-    with transaction.atomic():
-        order = Order.objects.create()
-        order_cancel.schedule(args=[order.pk], delay=900)
-        order.refresh_from_db()
-        assert order.status == "unpaid"
-    order.refresh_from_db()
-    assert order.status == "cancelled"
-    assert OutboxEntry.objects.count() == 0
-
-
 # -- test_mode and the setting -------------------------------------------------
 
 
@@ -391,15 +378,13 @@ def test_test_mode_sets_and_restores_the_setting_keeping_the_rest():
 class ImmediateModeInDjangosTestCase(TestCase):
     """The decorator on a TestCase class, and the immediate mode inside it."""
 
-    def test_a_task_runs_when_the_tests_own_block_ends(self):
+    def test_a_task_runs_at_once_outside_a_block_of_the_tests_own(self):
         assert get_settings().test_mode == "immediate"
-        with transaction.atomic():
-            order = Order.objects.create()
-            order_cancel.schedule(args=[order.pk], delay=900)
-            order.refresh_from_db()
-            assert order.status == "unpaid"
+        order = Order.objects.create()
+        order_cancel.schedule(args=[order.pk], key=f"order-cancel:{order.pk}")
         order.refresh_from_db()
         assert order.status == "cancelled"
+        assert_not_scheduled(order_cancel)
 
 
 @test_mode("immediate")
@@ -412,6 +397,7 @@ class ImmediateModeInDjangosTransactionTestCase(TransactionTestCase):
             assert order.status == "unpaid"
         order.refresh_from_db()
         assert order.status == "cancelled"
+        assert OutboxEntry.objects.count() == 0  # Redis was not tried
 
 
 def test_a_bad_test_mode_is_a_clear_error_and_a_check():
