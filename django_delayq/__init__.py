@@ -25,9 +25,6 @@ __all__ = [
     "task",
 ]
 
-from .periodic import periodic
-from .registry import task
-
 if TYPE_CHECKING:
     from .api import (
         Call,
@@ -42,15 +39,27 @@ if TYPE_CHECKING:
         schedule,
         schedule_many,
     )
+    from .periodic import periodic
+    from .registry import task
 
 #: What is imported from :mod:`django_delayq.api` on first use.
 _API = frozenset(__all__) - {"periodic", "task"}
 
 
 def __getattr__(name: str) -> Any:
-    # The API imports the models, which need the app registry: import it on
-    # first use so that "from django_delayq import task" works in a tasks.py
-    # imported while apps are still loading.
+    # Nothing is imported with the package: the pytest plugin
+    # (django_delayq.testing.pytest_plugin) is loaded in sessions that may
+    # have no Django settings. The API imports the models, which need the
+    # app registry: imported on first use, "from django_delayq import task"
+    # works in a tasks.py imported while apps are still loading.
+    if name == "task":
+        from .registry import task
+
+        return task
+    if name == "periodic":
+        from .periodic import periodic
+
+        return periodic
     if name in _API:
         from . import api
 

@@ -145,3 +145,10 @@ class WorkerStuck(DelayQueueException):
     the process must exit so that a fresh one replaces it
     (``delayq_worker`` exits with status 70).
     """
+
+
+class TooManyRuns(DelayQueueException):
+    """:func:`django_delayq.testing.run_due` ran its ``max_runs`` attempts
+    and tasks were still due: most likely a task that schedules itself (or
+    another) every time it runs. Pass an earlier ``until=`` or a larger
+    ``max_runs=``."""

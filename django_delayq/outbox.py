@@ -11,11 +11,13 @@ import datetime
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from django.db import DatabaseError, router, transaction
 from django.utils import timezone
 
 from . import signals
+from .conf import Settings, get_settings
 from .models import DelayedTask, OutboxEntry, Status
 from .store import index
 from .store.connection import (
@@ -39,18 +41,70 @@ def entry_of(task: DelayedTask) -> index.IndexEntry:
     )
 
 
+class Indexer(Protocol):
+    """What happens to the Redis index after a transaction that changed
+    task rows commits."""
+
+    def index(self, tasks: Sequence[DelayedTask], action: str, using: str) -> None:
+        """The tasks are scheduled (again), at their ``run_at``."""
+
+    def unindex(self, tasks: Sequence[DelayedTask], action: str, using: str) -> None:
+        """The tasks will not run: cancelled, or finished."""
+
+
+class RedisIndexer:
+    """Production: write Redis on commit, or the outbox when that fails."""
+
+    def index(self, tasks: Sequence[DelayedTask], action: str, using: str) -> None:
+        entries = [entry_of(task) for task in tasks]
+        transaction.on_commit(
+            lambda: _write(entries, action, using, add=True), using=using
+        )
+
+    def unindex(self, tasks: Sequence[DelayedTask], action: str, using: str) -> None:
+        entries = [
+            index.IndexEntry(task.pk, task.queue, task.shard, 0) for task in tasks
+        ]
+        transaction.on_commit(
+            lambda: _write(entries, action, using, add=False), using=using
+        )
+
+
+_REDIS = RedisIndexer()
+#: The indexer chosen for the current settings object
+_chosen: tuple[Settings, Indexer] | None = None
+
+
+def indexer() -> Indexer:
+    """The indexer the settings call for, chosen once per settings object.
+
+    The one seam of the testing toolkit (``DELAYQ["TEST_MODE"]``): every
+    change of a task row reaches Redis through here, so a test mode swaps
+    this one object instead of branching on the schedule, cancel and
+    execution paths. The toolkit is imported only when a test mode is set:
+    it runs tasks through the worker, whose modules import this one.
+    """
+    global _chosen
+    settings = get_settings()
+    chosen = _chosen
+    if chosen is None or chosen[0] is not settings:
+        found: Indexer = _REDIS
+        if settings.test_mode is not None:
+            from .testing.modes import indexer_for
+
+            found = indexer_for(settings.test_mode)
+        chosen = _chosen = (settings, found)
+    return chosen[1]
+
+
 def index_after_commit(tasks: Sequence[DelayedTask], action: str, using: str) -> None:
     """Add the tasks to their due-sets once the current transaction commits."""
-    entries = [entry_of(task) for task in tasks]
-    transaction.on_commit(lambda: _write(entries, action, using, add=True), using=using)
+    indexer().index(tasks, action, using)
 
 
 def unindex_after_commit(tasks: Sequence[DelayedTask], action: str, using: str) -> None:
     """Remove the tasks from their due-sets once the current transaction commits."""
-    entries = [index.IndexEntry(task.pk, task.queue, task.shard, 0) for task in tasks]
-    transaction.on_commit(
-        lambda: _write(entries, action, using, add=False), using=using
-    )
+    indexer().unindex(tasks, action, using)
 
 
 def _write(

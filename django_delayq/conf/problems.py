@@ -21,6 +21,7 @@ from .schema import (
     MAX_TIME_LIMIT,
     QUEUE_KEYS,
     QUEUE_NAME,
+    TEST_MODES,
     Problem,
     is_int,
     is_number,
@@ -49,6 +50,18 @@ def find_problems(raw: Any) -> list[Problem]:
     problems = [*_unknown_keys(raw), *connection_problems(raw)]
     problems += _queue_problems(raw.get("QUEUES", DEFAULTS["QUEUES"]))
     problems += _number_problems(raw)
+    mode = raw.get("TEST_MODE", DEFAULTS["TEST_MODE"])
+    if mode is not None and mode not in TEST_MODES:
+        problems.append(
+            Problem(
+                check_ids.TEST_MODE,
+                f'DELAYQ["TEST_MODE"] must be None, "manual" or "immediate"; '
+                f"got {short_repr(mode)}.",
+                'Set "TEST_MODE": "manual" in your test settings (tasks run '
+                'when a test calls run_due()), "immediate" (each task runs '
+                "when its transaction commits), or remove it in production.",
+            )
+        )
     for key, example in (("KEY_PREFIX", "delayq"), ("TEST_KEY_PREFIX", "test_delayq")):
         prefix = raw.get(key, DEFAULTS[key])
         if key == "TEST_KEY_PREFIX" and prefix is None:

@@ -35,7 +35,11 @@ DEFAULTS: dict[str, Any] = {
     "RETAIN_FAILED": 30 * 86400.0,
     "TIME_LIMIT": None,
     "PERIODIC": {},
+    "TEST_MODE": None,
 }
+
+#: The values of ``TEST_MODE`` (None: production behaviour, Redis indexes)
+TEST_MODES = ("manual", "immediate")
 
 #: The longest time limit a task may have (a week).
 MAX_TIME_LIMIT = 7 * 86400.0

@@ -83,6 +83,9 @@ class Settings:
     #: ``key_prefix`` is a test run's generated namespace, whose keys are
     #: removed when its process exits
     temporary_prefix: bool = False
+    #: ``TEST_MODE``: None in production; "manual" or "immediate" when the
+    #: testing toolkit stands in for Redis (see :mod:`django_delayq.testing`)
+    test_mode: str | None = None
 
     def queue(self, name: str) -> QueueSettings:
         """Return the settings of queue ``name`` or raise :class:`UnknownQueue`."""
@@ -147,6 +150,7 @@ def parse(raw: Any) -> Settings:
         time_limit=(
             None if values["TIME_LIMIT"] is None else float(values["TIME_LIMIT"])
         ),
+        test_mode=values["TEST_MODE"],
     )
 
 
