@@ -39,7 +39,7 @@ if TYPE_CHECKING:
         schedule,
         schedule_many,
     )
-    from .periodic import periodic
+    from .recurring import periodic
     from .registry import task
 
 #: What is imported from :mod:`django_delayq.api` on first use.
@@ -57,7 +57,7 @@ def __getattr__(name: str) -> Any:
 
         return task
     if name == "periodic":
-        from .periodic import periodic
+        from .recurring import periodic
 
         return periodic
     if name in _API:

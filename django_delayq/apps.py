@@ -34,7 +34,7 @@ class DelayQueueConfig(AppConfig):
         # A worker runs the ticks of DELAYQ["PERIODIC"] entries whose
         # function is no @task: it finds them in the setting by name.
         from . import registry
-        from .periodic.declared import task_from_setting
+        from .recurring.declared import task_from_setting
 
         registry.add_fallback(task_from_setting)
 

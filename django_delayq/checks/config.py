@@ -56,7 +56,7 @@ def check_tasks(**kwargs: Any) -> list[CheckMessage]:
 def check_periodic(**kwargs: Any) -> list[CheckMessage]:
     """Report ``DELAYQ["PERIODIC"]`` entries that cannot run
     (``delayq.E015``); the planners leave them out and log the same."""
-    from ..periodic import declared
+    from ..recurring import declared
 
     try:
         _, problems = declared()

@@ -29,7 +29,7 @@ from ..ownership import (
     OWNER_RETRY_INTERVAL,
     check_prefix_if_reachable,
 )
-from ..periodic.keeper import Keeper
+from ..recurring.keeper import Keeper
 from ..store import index, wake_lists
 from ..store.connection import Client, get_client
 from ..store.errors import Answers

@@ -23,7 +23,7 @@ from ..ids import process_name
 from ..models import DelayedTask, Status
 from ..outbox import replay_outbox
 from ..ownership import check_prefix_if_reachable
-from ..periodic.keeper import Keeper
+from ..recurring.keeper import Keeper
 from ..store import leases
 from ..store.connection import Client, get_client
 from ..store.errors import Answers, error_text

@@ -34,13 +34,13 @@ class OrderCancelTests(TestCase):
         return Order.objects.get()
 
     def test_a_new_order_schedules_its_cancellation(self) -> None:
+        in_15_min = timezone.now() + datetime.timedelta(minutes=15)
         order = self.create_order()
-        due = timezone.now() + datetime.timedelta(minutes=15)
         assert_scheduled(
             order_cancel,
             args=[order.pk],
             key=order.cancel_key,
-            eta=(due - datetime.timedelta(minutes=1), due),
+            eta=(in_15_min, in_15_min + datetime.timedelta(minutes=1)),
         )
 
     def test_an_order_still_unpaid_15_minutes_later_is_cancelled(self) -> None:

@@ -14,8 +14,8 @@ import pytest
 from django.utils import timezone
 
 from django_delayq.models import DelayedTask, Status
-from django_delayq.periodic.planner import LOOKAHEAD
-from django_delayq.periodic.schedules import parse_tick
+from django_delayq.recurring.planner import LOOKAHEAD
+from django_delayq.recurring.ticks import parse_tick
 from tests.acceptance.processes import Processes
 from tests.testapp.models import Ledger
 from tools.procs import wait_for

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from django_delayq.models import DelayedTask, PeriodicSchedule
-from django_delayq.periodic.schedules import parse_tick
+from django_delayq.recurring.ticks import parse_tick
 from tests.faults.harness import SUMMARY, Rig, sweep_totals
 from tests.testapp.models import Ledger
 from tools.procs import wait_for

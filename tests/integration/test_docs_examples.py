@@ -51,6 +51,8 @@ import pytest
 
 from django_delayq import registry
 from django_delayq import signals as delayq_signals
+from django_delayq.recurring import declared
+from django_delayq.recurring.declared import forget
 from django_delayq.store import connection
 from tests.testapp.models import Order
 from tests.testapp.tasks import order_cancel, send_reminder
@@ -147,6 +149,7 @@ def _process_state_restored() -> Iterator[None]:
     level, log_handlers = logger.level, list(logger.handlers)
     receivers = {sig: list(sig.receivers) for sig in _DELAYQ_SIGNALS}
     tasks = set(registry.all_tasks())
+    schedules = {schedule.name for schedule in declared()[0]}
     try:
         yield
     finally:
@@ -164,6 +167,9 @@ def _process_state_restored() -> Iterator[None]:
         for name in set(registry.all_tasks()) - tasks:
             if registry.get(name).func.__module__.startswith("docs_"):
                 registry.unregister(name)
+        for schedule in declared()[0]:
+            if schedule.name not in schedules:
+                forget(schedule.name)
 
 
 def test_the_docs_have_runnable_examples_with_unique_names():

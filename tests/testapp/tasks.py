@@ -378,7 +378,7 @@ def record_tick(tick: datetime.datetime, label: str = "") -> None:
 
     from django.utils import timezone
 
-    from django_delayq.periodic.schedules import tick_text
+    from django_delayq.recurring.ticks import tick_text
     from tests.testapp.models import Ledger
 
     Ledger.objects.create(

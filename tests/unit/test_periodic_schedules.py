@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from django_delayq.exceptions import InvalidTaskDefinition
-from django_delayq.periodic import PeriodicTask, Schedule, periodic
-from django_delayq.periodic.declared import forget, from_setting
-from django_delayq.periodic.schedules import parse_tick, tick_text
+from django_delayq.recurring import PeriodicTask, Schedule, periodic
+from django_delayq.recurring.declared import forget, from_setting
+from django_delayq.recurring.ticks import parse_tick, tick_text
 from django_delayq.registry import build, unregister
 
 UTC = datetime.UTC

@@ -1,6 +1,6 @@
 """Periodic schedules: ``@periodic`` and ``DELAYQ["PERIODIC"]``.
 
-* :mod:`.schedules`: when a schedule ticks, and each tick's dedupe key;
+* :mod:`.ticks`: when a schedule ticks, and each tick's dedupe key;
 * :mod:`.declared`: the decorator, the setting, and the list of both;
 * :mod:`.planner`: writes the next ticks as task rows, exactly once;
 * :mod:`.keeper`: the thread in each dispatcher and sweeper that plans.
@@ -12,7 +12,7 @@ while apps load, before the models can be.
 from __future__ import annotations
 
 from .declared import PeriodicTask, declared, periodic
-from .schedules import CATCH_UP_POLICIES, MAX_CATCH_UP, Schedule
+from .ticks import CATCH_UP_POLICIES, MAX_CATCH_UP, Schedule
 
 __all__ = [
     "CATCH_UP_POLICIES",

@@ -16,7 +16,7 @@ from django.utils.module_loading import import_string
 
 from .. import registry
 from ..exceptions import InvalidTaskDefinition, TaskNotRegistered
-from .schedules import (
+from .ticks import (
     DEFAULT_CATCH_UP,
     CatchUp,
     Schedule,

@@ -34,7 +34,7 @@ from django.utils import timezone
 from ..exceptions import DuplicateTask
 from ..models import ACTIVE_STATUSES, DelayedTask, PeriodicSchedule, Status
 from .declared import declared
-from .schedules import KEY_PREFIX, MAX_CATCH_UP, Schedule
+from .ticks import KEY_PREFIX, MAX_CATCH_UP, Schedule
 
 logger = logging.getLogger(__name__)
 
@@ -83,9 +83,9 @@ def plan(now: datetime.datetime | None = None) -> PlanResult:
         row = rows[schedule.name]
         if row.paused:
             continue
-        if row.removed_at is not None or row.definition != schedule.definition:
-            _restart(schedule, row, now, result)
-            continue
+        changed = row.removed_at is not None or row.definition != schedule.definition
+        if changed and not _restart(schedule, row, now, result):
+            continue  # another process restarted it, and plans it
         if _aware(row.planned_through) >= now + REFILL_BELOW:
             continue
         try:
@@ -250,11 +250,12 @@ def _restart(
     row: PeriodicSchedule,
     now: datetime.datetime,
     result: PlanResult,
-) -> None:
+) -> bool:
     """The code declares the schedule differently (or again, after it was
     removed): its ticks not yet due were planned for the old definition.
-    Cancel them and plan the new definition from now; ticks already due
-    are left to run."""
+    Cancel them and plan the new definition from now (``row`` is updated,
+    for the caller to plan it in this round); ticks already due are left to
+    run. False if another process did it first."""
     with transaction.atomic():
         updated = PeriodicSchedule.objects.filter(
             name=row.name,
@@ -263,18 +264,21 @@ def _restart(
             removed_at=row.removed_at,
         ).update(definition=schedule.definition, planned_through=now, removed_at=None)
         if not updated:
-            return
+            return False
         cancelled = _cancel(_future_ticks(schedule.name, now))
+    was, was_removed = row.definition, row.removed_at is not None
+    row.definition, row.planned_through, row.removed_at = schedule.definition, now, None
     logger.warning(
         "periodic schedule %s is now %s (was %s%s); %d tick(s) of the old "
         "definition not yet due were cancelled",
         schedule.name,
         schedule.definition,
-        row.definition,
-        ", removed" if row.removed_at is not None else "",
+        was,
+        ", removed" if was_removed else "",
         cancelled,
     )
     result.replaced.append(schedule.name)
+    return True
 
 
 def _retire(row: PeriodicSchedule, now: datetime.datetime, result: PlanResult) -> None:
@@ -312,7 +316,7 @@ def _cancel(tasks: Iterable[DelayedTask]) -> int:
 
 
 def _text(tick: datetime.datetime) -> str:
-    from .schedules import tick_text
+    from .ticks import tick_text
 
     return tick_text(tick)
 
