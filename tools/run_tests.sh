@@ -53,10 +53,12 @@ PROCESS_TESTS=(
 )
 # Fresh projects of their own, on their own SQLite file: docs/quickstart.md
 # followed (tests/docs), and a project's own `manage.py test` beside its
-# development processes.
+# development processes; the testing toolkit in a user's project, pytest
+# and the example's own tests, and its async view under uvicorn.
 USER_PROJECT_TESTS=(
     tests/docs/test_quickstart.py
     tests/acceptance/test_user_project_tests.py
+    tests/acceptance/test_testing_toolkit_projects.py
 )
 # Fault scenarios on a Sentinel set-up and on a Redis Cluster.
 TOPOLOGY_TESTS=(
