@@ -170,7 +170,12 @@ def _read_database(
             if outbox
             else None
         )
-        states = schedule_states(now, declared_names=declared_names(), using=db)
+        states = schedule_states(
+            now,
+            declared_names=() if probe else declared_names(),
+            using=db,
+            limit=limit,
+        )
     except DatabaseError as exc:
         report.database = f"unreachable: {type(exc).__name__}: {exc}"
         report.flag(DOWN, f"the database does not answer ({type(exc).__name__})")
@@ -193,11 +198,14 @@ def _read_database(
             f"older than {seconds} s: Redis refused writes, and the sweeper has "
             f"not replayed them (is delayq_sweep running?)",
         )
-    _judge_periodic(report, states, now)
+    _judge_periodic(report, states, now, limit)
 
 
 def _judge_periodic(
-    report: Report, states: list[ScheduleState], now: datetime.datetime
+    report: Report,
+    states: list[ScheduleState],
+    now: datetime.datetime,
+    limit: int | None,
 ) -> None:
     report.periodic = [
         Periodic(
@@ -215,9 +223,10 @@ def _judge_periodic(
     if unplanned:
         report.flag(
             DEGRADED,
-            f"{len(unplanned)} periodic schedule(s) not planned for more than "
-            f"{seconds} s ({_names(unplanned)}): nothing writes their ticks (is "
-            f"delayq_dispatch, or delayq_sweep without --once, running?)",
+            f"{_at_least(len(unplanned), limit)} periodic schedule(s) not "
+            f"planned for more than {seconds} s ({_names(unplanned)}): nothing "
+            f"writes their ticks (is delayq_dispatch, or delayq_sweep without "
+            f"--once, running?)",
         )
     late = [
         state.name
@@ -227,9 +236,10 @@ def _judge_periodic(
     if late:
         report.flag(
             DEGRADED,
-            f"{len(late)} periodic schedule(s) with ticks not started more than "
-            f"{seconds} s after their time ({_names(late)}): is delayq_dispatch "
-            f"running, and delayq_worker for their queues?",
+            f"{_at_least(len(late), limit)} periodic schedule(s) with ticks "
+            f"not started more than {seconds} s after their time "
+            f"({_names(late)}): is delayq_dispatch running, and delayq_worker "
+            f"for their queues?",
         )
 
 

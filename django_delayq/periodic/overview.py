@@ -14,7 +14,7 @@ A schedule is **behind** when it is neither paused nor removed and either
 
 One read of the schedules' rows and one grouped query over the late ticks
 (on the ``(status, run_at)`` index: none, when all is well), whatever the
-number of schedules.
+number of schedules; a health probe's reads are bounded (``limit``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from django.db.models import Count, F, Min, Value
+from django.db.models import Count, F, Min, Q, Value
 from django.db.models.functions import StrIndex, Substr
 
 from ..exceptions import InvalidTaskDefinition
@@ -66,31 +66,53 @@ def schedule_states(
     *,
     declared_names: Iterable[str] = (),
     using: str | None = None,
+    limit: int | None = None,
 ) -> list[ScheduleState]:
     """Every schedule with a row, and those in ``declared_names`` without
-    one (declared, never planned), by name."""
+    one (declared, never planned), by name.
+
+    With ``limit`` (a health probe): only the active schedules that may be
+    behind, read with bounded queries (at most ``limit`` rows each), the
+    latest first; ``declared_names`` is not read.
+    """
+    late = late_ticks(now, using, limit)
     rows = PeriodicSchedule.objects.using(using).order_by("name")
-    late = _late_ticks(now, using)
-    states = [
-        ScheduleState(
-            name=row.name,
-            state="removed"
-            if row.removed_at is not None
-            else "paused"
-            if row.paused
-            else "active",
-            planned_through=row.planned_through,
-            late_ticks=late.get(row.name, (0, None))[0],
-            oldest_late_tick=late.get(row.name, (0, None))[1],
-        )
-        for row in rows
-    ]
+    if limit is not None:
+        rows = rows.filter(paused=False, removed_at=None).filter(
+            Q(planned_through__lt=now - BEHIND_AFTER) | Q(name__in=list(late))
+        )[:limit]
+        declared_names = ()
+    states = [state_of(row, late) for row in rows]
     known = {state.name for state in states}
     states += [
         ScheduleState(name=name, state="active", planned_through=None)
         for name in sorted(set(declared_names) - known)
     ]
     return sorted(states, key=lambda state: state.name)
+
+
+def state_of(
+    row: PeriodicSchedule,
+    late: dict[str, tuple[int, datetime.datetime | None]],
+) -> ScheduleState:
+    """One schedule's state from its row and :func:`late_ticks`."""
+    count, oldest = late.get(row.name, (0, None))
+    return ScheduleState(
+        name=row.name,
+        state="removed"
+        if row.removed_at is not None
+        else "paused"
+        if row.paused
+        else "active",
+        planned_through=row.planned_through,
+        late_ticks=count,
+        oldest_late_tick=oldest,
+    )
+
+
+def tick_prefix(name: str) -> str:
+    """What the keys of a schedule's ticks start with."""
+    return f"{KEY_PREFIX}{name}@"
 
 
 def declared_names() -> list[str]:
@@ -104,20 +126,30 @@ def declared_names() -> list[str]:
         return []
 
 
-def _late_ticks(
-    now: datetime.datetime, using: str | None
+def late_ticks(
+    now: datetime.datetime, using: str | None, limit: int | None = None
 ) -> dict[str, tuple[int, datetime.datetime | None]]:
-    """Schedule name -> (late ticks, the earliest one's run_at)."""
+    """Schedule name -> (late ticks, the earliest one's run_at); with
+    ``limit``, of the ``limit`` latest ticks only."""
+    ticks = DelayedTask.objects.using(using).filter(
+        status=Status.SCHEDULED,
+        run_at__lt=now - BEHIND_AFTER,
+        key__startswith=KEY_PREFIX,
+        key__contains="@",
+    )
+    if limit is not None:
+        # Bounded, on the (status, run_at) index; counted here.
+        found: dict[str, tuple[int, datetime.datetime | None]] = {}
+        for key, run_at in ticks.order_by("run_at").values_list("key", "run_at")[
+            :limit
+        ]:
+            name = (key or "")[len(KEY_PREFIX) :].split("@", 1)[0]
+            count, oldest = found.get(name, (0, run_at))
+            found[name] = (count + 1, oldest)
+        return found
     start = len(KEY_PREFIX) + 1  # SQL strings count from 1
     rows = (
-        DelayedTask.objects.using(using)
-        .filter(
-            status=Status.SCHEDULED,
-            run_at__lt=now - BEHIND_AFTER,
-            key__startswith=KEY_PREFIX,
-            key__contains="@",
-        )
-        .order_by()
+        ticks.order_by()
         # The schedule's name: between the prefix and the '@' (a name
         # cannot hold one).
         .annotate(

@@ -15,8 +15,8 @@ class Command(BaseCommand):
     help = (
         "The health of django-delayq at a glance: backlogs per shard, overdue "
         "tasks, the outbox, live dispatchers, workers and sweepers, tasks that "
-        "failed in the last hour, periodic schedules behind. Exits 0 healthy, 1 degraded, 2 down (for "
-        "probes)."
+        "failed in the last hour, periodic schedules behind. Exits 0 healthy, "
+        "1 degraded, 2 down (for probes)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
