@@ -42,6 +42,8 @@ from benchmarks.stats import lateness_summary
 #: Seconds the processes run before the window: start-up and the first
 #: planning rounds (the keeper creates the schedules' rows).
 WARMUP = 4.0
+#: Seconds the plain scenario's tasks cover for the processes' start-up.
+STARTUP = 30.0
 
 
 def redis_calls(client: Any) -> int:
@@ -88,9 +90,12 @@ def scenario(
     if periodic:
         os.environ["DELAYQ_BENCH_PERIODIC"] = str(schedules)
     else:
-        # Every second from the warm-up to past the window, N due at each.
+        # Every second from now to well past the window, N due at each:
+        # the processes' start-up (several seconds on a busy machine) comes
+        # before the warm-up and the window, and must not run past the
+        # last of them.
         first = timezone.now().replace(microsecond=0) + datetime.timedelta(seconds=2)
-        seconds = int(WARMUP + window + 4)
+        seconds = int(STARTUP + WARMUP + window + 4)
         for second in range(seconds):
             schedule_many(
                 Call(noop, args=[i], eta=first + datetime.timedelta(seconds=second))
