@@ -38,3 +38,14 @@ DELAYQ = {
     "REDIS_CLUSTER": os.environ.get("DELAYQ_REDIS_CLUSTER") == "1",
     "QUEUES": {"default": {"shards": int(os.environ.get("DELAYQ_BENCH_SHARDS", "1"))}},
 }
+
+# benchmarks.periodic: that many schedules of the noop task, every second.
+if os.environ.get("DELAYQ_BENCH_PERIODIC"):
+    DELAYQ["PERIODIC"] = {
+        f"bench-{number:05d}": {
+            "task": "benchmarks.benchapp.tasks.noop",
+            "every": 1,
+            "args": [number],
+        }
+        for number in range(int(os.environ["DELAYQ_BENCH_PERIODIC"]))
+    }

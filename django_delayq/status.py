@@ -7,7 +7,7 @@ round trips), judged:
 * **degraded** (1): tasks overdue by more than a threshold, outbox entries
   older than it, a configured shard that no dispatcher leases, a queue that
   no live worker serves, no sweeper that passed within a few of its
-  intervals;
+  intervals, a periodic schedule behind (see :mod:`.recurring.overview`);
 * **healthy** (0) otherwise.
 
 Tasks that failed in the last hour are shown, as information: a task that
@@ -35,6 +35,12 @@ from django.utils import timezone
 from .conf import get_settings
 from .exceptions import RedisUnavailable
 from .models import DelayedTask, OutboxEntry, Status
+from .recurring.overview import (
+    BEHIND_AFTER,
+    ScheduleState,
+    declared_names,
+    schedule_states,
+)
 from .store import stats
 from .store.connection import get_client
 from .store.errors import error_text
@@ -49,6 +55,9 @@ PROBE_LIMIT = 1000
 
 #: How far back the failed tasks are counted.
 FAILED_WINDOW = datetime.timedelta(hours=1)
+
+#: The most schedules a problem names; the others are counted.
+NAMED = 5
 
 
 @dataclass
@@ -69,6 +78,16 @@ class SweeperState:
 
 
 @dataclass
+class Periodic:
+    name: str
+    state: str  # active, paused, removed
+    behind: bool
+    planned_through: str | None  # ISO; None: never planned
+    late_ticks: int  # scheduled more than a few seconds past their run_at
+    oldest_late_tick: str | None
+
+
+@dataclass
 class Report:
     level: int = HEALTHY
     problems: list[str] = field(default_factory=list)
@@ -85,6 +104,7 @@ class Report:
     dispatchers: dict[str, list[str]] = field(default_factory=dict)
     workers: dict[str, list[str]] = field(default_factory=dict)
     sweepers: dict[str, SweeperState] = field(default_factory=dict)
+    periodic: list[Periodic] = field(default_factory=list)
 
     @property
     def state(self) -> str:
@@ -150,6 +170,12 @@ def _read_database(
             if outbox
             else None
         )
+        states = schedule_states(
+            now,
+            declared_names=() if probe else declared_names(),
+            using=db,
+            limit=limit,
+        )
     except DatabaseError as exc:
         report.database = f"unreachable: {type(exc).__name__}: {exc}"
         report.flag(DOWN, f"the database does not answer ({type(exc).__name__})")
@@ -172,6 +198,54 @@ def _read_database(
             f"older than {seconds} s: Redis refused writes, and the sweeper has "
             f"not replayed them (is delayq_sweep running?)",
         )
+    _judge_periodic(report, states, now, limit)
+
+
+def _judge_periodic(
+    report: Report,
+    states: list[ScheduleState],
+    now: datetime.datetime,
+    limit: int | None,
+) -> None:
+    report.periodic = [
+        Periodic(
+            name=state.name,
+            state=state.state,
+            behind=state.behind(now),
+            planned_through=_iso(state.planned_through),
+            late_ticks=state.late_ticks,
+            oldest_late_tick=_iso(state.oldest_late_tick),
+        )
+        for state in states
+    ]
+    seconds = int(BEHIND_AFTER.total_seconds())
+    unplanned = [state.name for state in states if state.unplanned(now)]
+    if unplanned:
+        report.flag(
+            DEGRADED,
+            f"{_at_least(len(unplanned), limit)} periodic schedule(s) not "
+            f"planned for more than {seconds} s ({_names(unplanned)}): nothing "
+            f"writes their ticks (is delayq_dispatch, or delayq_sweep without "
+            f"--once, running?)",
+        )
+    late = [
+        state.name
+        for state in states
+        if state.state == "active" and state.late_ticks and not state.unplanned(now)
+    ]
+    if late:
+        report.flag(
+            DEGRADED,
+            f"{_at_least(len(late), limit)} periodic schedule(s) with ticks "
+            f"not started more than {seconds} s after their time "
+            f"({_names(late)}): is delayq_dispatch running, and delayq_worker "
+            f"for their queues?",
+        )
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(names[:NAMED])
+    return shown + (f" and {len(names) - NAMED} more" if len(names) > NAMED else "")
 
 
 def _at_least(count: int, limit: int | None) -> str:

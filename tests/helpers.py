@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import redis
 
@@ -59,3 +62,21 @@ def claim(row: DelayedTask, entry_id: str) -> int | None:
 def refresh(task: DelayedTask) -> DelayedTask:
     """The task's row as the database has it now."""
     return DelayedTask.objects.get(pk=task.pk)
+
+
+@contextlib.contextmanager
+def declared_schedule(
+    name: str, fn: Callable[..., Any], **options: Any
+) -> Iterator[Any]:
+    """A ``@periodic`` schedule of ``fn`` declared for the ``with`` block,
+    forgotten (and its task unregistered) after it."""
+    from django_delayq.recurring import periodic
+    from django_delayq.recurring.declared import forget
+    from django_delayq.registry import unregister
+
+    registered = periodic(name=name, **options)(fn)
+    try:
+        yield registered
+    finally:
+        forget(name)
+        unregister(name)

@@ -4,8 +4,8 @@ A Prometheus custom collector: nothing is read between scrapes, so a
 process serving metrics sends Redis no command of its own while nobody
 scrapes it. One scrape costs one Redis pipeline
 (:func:`~django_delayq.store.stats.snapshot`, what ``delayq_status`` and
-the dashboard read too) and two grouped database queries, whatever the
-number of shards.
+the dashboard read too) and four database queries (two grouped, and the
+periodic schedules' overview), whatever the number of shards.
 
 When a store does not answer, its gauges are left out and
 ``delayq_up{store=...}`` is 0: an alert on that is more telling than a
@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 from ..conf import get_settings
 from ..exceptions import RedisUnavailable
 from ..models import DelayedTask, OutboxEntry, Status
+from ..recurring.overview import STATES, declared_names, schedule_states
 from ..store import stats
 from ..store.connection import get_client
 
@@ -50,6 +51,19 @@ GAUGES = {
     ),
     "delayq_outbox_backlog": "Outbox entries waiting for a replay into Redis.",
     "delayq_outbox_oldest_seconds": "Age of the oldest outbox entry (0: empty).",
+}
+
+#: name -> (help, labels), for the periodic schedules' gauges.
+PERIODIC_GAUGES = {
+    "delayq_periodic_schedules": (
+        "Periodic schedules by state (active, paused, removed).",
+        ["state"],
+    ),
+    "delayq_periodic_behind": (
+        "Active periodic schedules behind: not planned, or a tick not "
+        "started, for more than 10 s.",
+        [],
+    ),
 }
 
 
@@ -81,8 +95,14 @@ class BacklogCollector(Collector):
 
     def _families(self) -> dict[str, GaugeMetricFamily]:
         return {
-            name: GaugeMetricFamily(name, text, labels=["queue"])
-            for name, text in GAUGES.items()
+            **{
+                name: GaugeMetricFamily(name, text, labels=["queue"])
+                for name, text in GAUGES.items()
+            },
+            **{
+                name: GaugeMetricFamily(name, text, labels=labels)
+                for name, (text, labels) in PERIODIC_GAUGES.items()
+            },
         }
 
     def _read_redis(
@@ -144,6 +164,7 @@ class BacklogCollector(Collector):
                 .values_list("queue")
                 .annotate(n=Count("pk"), oldest=Min("created_at"))
             )
+            schedules = schedule_states(now, declared_names=declared_names(), using=db)
         except DatabaseError:
             for name in _DATABASE_GAUGES:
                 del families[name]
@@ -162,6 +183,13 @@ class BacklogCollector(Collector):
             families["delayq_outbox_oldest_seconds"].add_metric(
                 [queue], _age(now, oldest_entry)
             )
+        for state in STATES:
+            families["delayq_periodic_schedules"].add_metric(
+                [state], sum(s.state == state for s in schedules)
+            )
+        families["delayq_periodic_behind"].add_metric(
+            [], sum(s.behind(now) for s in schedules)
+        )
         return True
 
 
@@ -178,6 +206,7 @@ _DATABASE_GAUGES = (
     "delayq_oldest_due_seconds",
     "delayq_outbox_backlog",
     "delayq_outbox_oldest_seconds",
+    *PERIODIC_GAUGES,
 )
 
 

@@ -4,9 +4,12 @@ run the way `make example` runs it."""
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import os
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -113,6 +116,13 @@ def procfile_commands(port: int) -> dict[str, list[str]]:
     return commands
 
 
+#: The example shop's periodic schedules: name, definition.
+SHOP_SCHEDULES = (
+    ("close-stale-orders", "every 30 s"),
+    ("daily-orders-report", "cron 0 8 * * * Asia/Shanghai"),
+)
+
+
 class ExampleShop:
     """The example project as `make example` runs it: migrated, with the demo
     superuser and every process of ``Procfile.example`` (web server,
@@ -122,6 +132,10 @@ class ExampleShop:
     Use it as a context manager; each process logs to ``directory/NAME.log``.
     ``template`` is a database file that :meth:`prepare` made, copied instead
     of migrating again (a few seconds saved per start).
+
+    The shop's periodic schedules start paused (their rows written before
+    any process starts), so that no tick adds to the tasks a test counts; a
+    test that wants them resumes them.
     """
 
     def __init__(
@@ -163,6 +177,17 @@ class ExampleShop:
         """Migrate the database and create the demo superuser; return the file."""
         self.manage("migrate", "--noinput", "-v", "0")
         self.manage("demo_superuser")
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+        with contextlib.closing(sqlite3.connect(self.db)) as conn, conn:
+            conn.executemany(
+                "INSERT INTO django_delayq_periodicschedule (name, definition, "
+                "planned_through, paused, paused_at, created_at) "
+                "VALUES (?, ?, ?, 1, ?, ?)",
+                [
+                    (name, definition, now, now, now)
+                    for name, definition in SHOP_SCHEDULES
+                ],
+            )
         return self.db
 
     def start(self) -> None:

@@ -30,6 +30,7 @@ pytestmark = pytest.mark.timeout(180)
 
 TASKS = "/admin/django_delayq/delayedtask/"
 DASHBOARD = "/admin/django_delayq/delayedtask/dashboard/"
+SCHEDULES = "/admin/django_delayq/periodicschedule/"
 STATUSES = ("scheduled", "running", "succeeded", "failed", "cancelled")
 
 
@@ -236,3 +237,69 @@ def test_the_dashboard_shows_the_task_counts(
     assert counts_by_status(page, "orders") == {
         status: counts.get(status, 0) for status in STATUSES
     }
+
+
+# -- 6: the periodic schedules (after the counts: resuming writes ticks) ------
+
+
+def schedule_paused(db: Path, name: str) -> bool:
+    with sqlite3.connect(db) as conn:
+        [(paused,)] = conn.execute(
+            "SELECT paused FROM django_delayq_periodicschedule WHERE name = ?",
+            (name,),
+        ).fetchall()
+    return bool(paused)
+
+
+def test_the_schedules_are_listed_and_one_is_resumed_and_paused_again(
+    page: Page, shop: ExampleShop, screenshots: Path
+) -> None:
+    log_in(page, SCHEDULES)
+    rows = page.locator("#result_list tbody tr")
+    carts = rows.filter(has_text="close-stale-orders")
+    report = rows.filter(has_text="daily-orders-report")
+    expect(carts.locator("td.field-definition_label")).to_contain_text("every 30 s")
+    expect(report.locator("td.field-definition_label")).to_contain_text(
+        "cron 0 8 * * * in Asia/Shanghai"
+    )
+    # The shop's processes start with the schedules paused (see ExampleShop).
+    expect(carts.locator("td.field-next_tick_label")).to_have_text("paused")
+
+    def act(action: str) -> None:
+        carts.locator("input.action-select").check()
+        page.locator("select[name=action]").select_option(action)
+        page.locator("button[name=index]").click()
+
+    act("resume_schedules")
+    expect(page.locator("ul.messagelist li.success")).to_contain_text(
+        "Resumed 1 schedule from its next tick"
+    )
+    expect(carts.locator("td.field-next_tick_label")).to_contain_text(
+        re.compile(r"in \d+ s|due now")
+    )
+    assert not schedule_paused(shop.db, "close-stale-orders")
+    # The dispatcher plans it again: its ticks are written a few seconds
+    # ahead from now on (resuming set "planned through" to the moment).
+    resumed = planned_through(shop.db)
+    wait_for(
+        lambda: planned_through(shop.db) > resumed, 10, "the dispatcher planned it"
+    )
+    page.screenshot(path=screenshots / "admin-periodic.png", full_page=True)
+
+    act("pause_schedules")
+    expect(page.locator("ul.messagelist li.success")).to_contain_text(
+        "Paused 1 schedule"
+    )
+    expect(carts.locator("td.field-next_tick_label")).to_have_text("paused")
+    assert schedule_paused(shop.db, "close-stale-orders")
+
+
+def planned_through(db: Path) -> str:
+    """The schedule's planned_through as SQLite holds it (text in UTC, which
+    sorts as the times do)."""
+    with sqlite3.connect(db) as conn:
+        [(moment,)] = conn.execute(
+            "SELECT planned_through FROM django_delayq_periodicschedule "
+            "WHERE name = 'close-stale-orders'"
+        ).fetchall()
+    return str(moment)

@@ -17,7 +17,7 @@ from health_check.exceptions import ServiceWarning
 
 from django_delayq import schedule, status
 from django_delayq.health import DelayQueue, Reachable
-from django_delayq.models import DelayedTask, OutboxEntry
+from django_delayq.models import DelayedTask, OutboxEntry, PeriodicSchedule
 from tests.integration.test_status import loops  # noqa: F401  (a fixture)
 from tests.testapp.tasks import add
 
@@ -144,3 +144,20 @@ def test_checks_raise_what_django_health_check_reports(private_redis) -> None:
         DelayQueue().run()
     with pytest.raises(ServiceUnavailable, match="Redis does not answer"):
         Reachable().run()
+
+
+def test_a_probe_sees_a_periodic_schedule_behind_with_bounded_reads(
+    private_redis, monkeypatch
+) -> None:
+    monkeypatch.setattr(status, "PROBE_LIMIT", 2)
+    long_ago = timezone.now() - datetime.timedelta(minutes=5)
+    for name in ("a", "b", "c"):
+        PeriodicSchedule.objects.create(
+            name=name, definition="every 1 s", planned_through=long_ago
+        )
+    with (
+        CaptureQueriesContext(db_connection) as queries,
+        pytest.raises(ServiceWarning, match="at least 2 periodic schedule"),
+    ):
+        DelayQueue(details=True).run()
+    assert not [q for q in queries if "LIMIT" not in q["sql"].upper()]

@@ -15,7 +15,7 @@ from prometheus_client.registry import CollectorRegistry
 from django_delayq import metrics, schedule
 from django_delayq.metrics.collector import BacklogCollector
 from django_delayq.metrics.server import serve_this_process
-from django_delayq.models import DelayedTask, OutboxEntry
+from django_delayq.models import DelayedTask, OutboxEntry, PeriodicSchedule
 from tests.metrics_scrape import parse, scrape, value
 from tests.testapp.tasks import add, record
 from tools.servers import free_port
@@ -67,6 +67,40 @@ def test_overdue_and_outbox_gauges_per_queue(redis_client: redis.Redis) -> None:
     assert value(samples, "delayq_due_backlog", queue="default") == 1
     assert value(samples, "delayq_unleased_shards", queue="orders") == 4
     assert value(samples, "delayq_workers", queue="orders") == 0
+
+
+def test_periodic_schedules_by_state_and_those_behind(
+    redis_client: redis.Redis,
+) -> None:
+    samples = collected()
+    assert ("delayq_periodic_behind", ()) in samples  # 0, not missing
+    assert value(samples, "delayq_periodic_schedules", state="active") == 0
+    now = timezone.now()
+    ahead, ago = (
+        now + datetime.timedelta(seconds=5),
+        now - datetime.timedelta(minutes=1),
+    )
+    for name, planned_through, extra in [
+        ("kept", ahead, {}),
+        ("stopped", ago, {}),  # nothing planned it for a minute: behind
+        ("late-tick", ahead, {}),
+        ("paused", ago, {"paused": True, "paused_at": ago}),
+        ("removed", ago, {"removed_at": ago}),
+    ]:
+        PeriodicSchedule.objects.create(
+            name=name, definition="every 1 s", planned_through=planned_through, **extra
+        )
+    tick = schedule(
+        record, args=["tick"], key="periodic:late-tick@2026-01-01T00:00:00.000000Z"
+    )
+    DelayedTask.objects.filter(pk=tick.pk).update(
+        run_at=now - datetime.timedelta(seconds=11)
+    )
+    samples = collected()
+    assert value(samples, "delayq_periodic_schedules", state="active") == 3
+    assert value(samples, "delayq_periodic_schedules", state="paused") == 1
+    assert value(samples, "delayq_periodic_schedules", state="removed") == 1
+    assert value(samples, "delayq_periodic_behind") == 2
 
 
 def test_a_served_process_sends_redis_nothing_until_scraped(

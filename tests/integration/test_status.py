@@ -14,11 +14,15 @@ from django.utils import timezone
 
 from django_delayq import schedule
 from django_delayq.dispatcher import Dispatcher
-from django_delayq.models import DelayedTask, OutboxEntry, Status
+from django_delayq.models import DelayedTask, OutboxEntry, PeriodicSchedule, Status
+from django_delayq.recurring.planner import pause, plan
 from django_delayq.sweeper import Sweeper
 from django_delayq.worker import Worker
-from tests.testapp.tasks import add
+from tests.helpers import declared_schedule
+from tests.testapp.tasks import add, count_run, record_tick
 from tools.procs import wait_for
+
+SECOND = datetime.timedelta(seconds=1)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
@@ -152,3 +156,87 @@ def test_a_bad_threshold_is_a_command_error():
 
     with pytest.raises(CommandError, match="--overdue must be from 0 to 2592000"):
         call_command("delayq_status", "--overdue", "nan")
+
+
+def test_a_kept_periodic_schedule_is_shown_and_healthy(loops):
+    with declared_schedule("every-second", count_run, every=SECOND):
+        wait_for(
+            lambda: PeriodicSchedule.objects.filter(name="every-second").exists(),
+            10,
+            "the dispatcher's keeper plans the schedule",
+        )
+        code, text = status()
+        assert code == 0, text
+        assert "Periodic schedules: 1 (active 1), behind 0\n" in text
+        (shown,) = json.loads(status("--json")[1])["periodic"]
+        assert (shown["name"], shown["state"], shown["behind"]) == (
+            "every-second",
+            "active",
+            False,
+        )
+
+
+def periodic_problems(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "periodic schedule" in line]
+
+
+def test_periodic_schedules_behind_make_it_degraded(redis_client):
+    """No process keeps the schedules here: the test moves their rows as a
+    stopped keeper or a stopped dispatcher would leave them."""
+    with declared_schedule("kept", record_tick, every=SECOND):
+        plan()  # as a keeper would: planned a few seconds ahead
+        code, text = status()
+        assert periodic_problems(text) == []
+        assert "Periodic schedules: 1 (active 1), behind 0\n" in text
+        with declared_schedule("new", count_run, every=SECOND):
+            # Declared by the code, planned by nothing yet.
+            assert periodic_problems(status()[1]) == [
+                "  - 1 periodic schedule(s) not planned for more than 10 s (new): "
+                "nothing writes their ticks (is delayq_dispatch, or delayq_sweep "
+                "without --once, running?)"
+            ]
+        now = timezone.now()
+        row = PeriodicSchedule.objects.filter(name="kept")
+        planned_through = row.get().planned_through
+        row.update(planned_through=now - datetime.timedelta(seconds=11))
+        code, text = status("--json")
+        assert code == 1
+        report = json.loads(text)
+        assert report["periodic"] == [
+            {
+                "name": "kept",
+                "state": "active",
+                "behind": True,
+                "planned_through": (now - datetime.timedelta(seconds=11)).isoformat(
+                    timespec="milliseconds"
+                ),
+                "late_ticks": 0,
+                "oldest_late_tick": None,
+            }
+        ]
+        assert any(
+            problem.startswith(
+                "1 periodic schedule(s) not planned for more than 10 s (kept)"
+            )
+            for problem in report["problems"]
+        )
+        # Planned, but a tick has not started 11 s after its time.
+        row.update(planned_through=planned_through)
+        tick = DelayedTask.objects.filter(key__startswith="periodic:kept@").first()
+        DelayedTask.objects.filter(pk=tick.pk).update(
+            run_at=now - datetime.timedelta(seconds=11)
+        )
+        code, text = status()
+        assert code == 1
+        assert periodic_problems(text) == [
+            "  - 1 periodic schedule(s) with ticks not started more than 10 s "
+            "after their time (kept): is delayq_dispatch running, and "
+            "delayq_worker for their queues?"
+        ]
+        assert "Periodic schedules: 1 (active 1), behind 1\n" in text
+        # A paused schedule is not behind, whatever its rows say.
+        pause("kept")
+        row.update(planned_through=now - datetime.timedelta(minutes=5))
+        code, text = status()
+        assert periodic_problems(text) == []
+        assert "Periodic schedules: 1 (paused 1), behind 0\n" in text

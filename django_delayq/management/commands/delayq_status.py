@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
@@ -14,8 +15,8 @@ class Command(BaseCommand):
     help = (
         "The health of django-delayq at a glance: backlogs per shard, overdue "
         "tasks, the outbox, live dispatchers, workers and sweepers, tasks that "
-        "failed in the last hour. Exits 0 healthy, 1 degraded, 2 down (for "
-        "probes)."
+        "failed in the last hour, periodic schedules behind. Exits 0 healthy, "
+        "1 degraded, 2 down (for probes)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -59,6 +60,14 @@ def _text(report: Report) -> str:
         f"Outbox: {report.outbox} entr{'y' if report.outbox == 1 else 'ies'}"
         + (f", the oldest from {report.oldest_outbox}" if report.oldest_outbox else "")
     )
+    if report.periodic:
+        states = Counter(schedule.state for schedule in report.periodic)
+        behind = sum(schedule.behind for schedule in report.periodic)
+        lines.append(
+            f"Periodic schedules: {len(report.periodic)} ("
+            + ", ".join(f"{state} {states[state]}" for state in sorted(states))
+            + f"), behind {behind}"
+        )
     lines.append(f"Redis: {report.redis}")
     if report.shards:
         header = (

@@ -1,0 +1,161 @@
+"""The state of each periodic schedule, and which are behind: what
+``delayq_status``, the metrics and the admin show.
+
+A schedule is **behind** when it is neither paused nor removed and either
+
+* nothing keeps it: its ``planned_through`` is more than
+  :data:`BEHIND_AFTER` in the past (a keeper moves it a few seconds ahead
+  of now every few seconds, so no dispatcher and no looping sweeper has
+  planned it for a while), or the code declares it and no process ever
+  planned it; or
+* a tick of it is late: a tick row still ``scheduled`` more than
+  :data:`BEHIND_AFTER` past its ``run_at`` (no dispatcher moves it, or
+  the workers of its queue do not keep up).
+
+One read of the schedules' rows and one grouped query over the late ticks
+(on the ``(status, run_at)`` index: none, when all is well), whatever the
+number of schedules; a health probe's reads are bounded (``limit``).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from django.db.models import Count, F, Min, Q, Value
+from django.db.models.functions import StrIndex, Substr
+
+from ..exceptions import InvalidTaskDefinition
+from ..models import DelayedTask, PeriodicSchedule, Status
+from .ticks import KEY_PREFIX
+
+#: How late a schedule may be (its planning, or a tick's start) before it
+#: is behind: a few of the keeper's one-second rounds.
+BEHIND_AFTER = datetime.timedelta(seconds=10)
+
+State = Literal["active", "paused", "removed"]
+STATES: tuple[State, ...] = ("active", "paused", "removed")
+
+
+@dataclass(frozen=True)
+class ScheduleState:
+    """One schedule, as its row and its late ticks say."""
+
+    name: str
+    state: State
+    #: None: declared in the code, never planned by any process.
+    planned_through: datetime.datetime | None
+    #: Tick rows still scheduled more than BEHIND_AFTER past their run_at.
+    late_ticks: int = 0
+    oldest_late_tick: datetime.datetime | None = None
+
+    def unplanned(self, now: datetime.datetime) -> bool:
+        """Nothing keeps it: never planned, or not for a while."""
+        return self.state == "active" and (
+            self.planned_through is None or self.planned_through < now - BEHIND_AFTER
+        )
+
+    def behind(self, now: datetime.datetime) -> bool:
+        return self.state == "active" and (self.unplanned(now) or self.late_ticks > 0)
+
+
+def schedule_states(
+    now: datetime.datetime,
+    *,
+    declared_names: Iterable[str] = (),
+    using: str | None = None,
+    limit: int | None = None,
+) -> list[ScheduleState]:
+    """Every schedule with a row, and those in ``declared_names`` without
+    one (declared, never planned), by name.
+
+    With ``limit`` (a health probe): only the active schedules that may be
+    behind, read with bounded queries (at most ``limit`` rows each), the
+    latest first; ``declared_names`` is not read.
+    """
+    late = late_ticks(now, using, limit)
+    rows = PeriodicSchedule.objects.using(using).order_by("name")
+    if limit is not None:
+        rows = rows.filter(paused=False, removed_at=None).filter(
+            Q(planned_through__lt=now - BEHIND_AFTER) | Q(name__in=list(late))
+        )[:limit]
+        declared_names = ()
+    states = [state_of(row, late) for row in rows]
+    known = {state.name for state in states}
+    states += [
+        ScheduleState(name=name, state="active", planned_through=None)
+        for name in sorted(set(declared_names) - known)
+    ]
+    return sorted(states, key=lambda state: state.name)
+
+
+def state_of(
+    row: PeriodicSchedule,
+    late: dict[str, tuple[int, datetime.datetime | None]],
+) -> ScheduleState:
+    """One schedule's state from its row and :func:`late_ticks`."""
+    count, oldest = late.get(row.name, (0, None))
+    return ScheduleState(
+        name=row.name,
+        state="removed"
+        if row.removed_at is not None
+        else "paused"
+        if row.paused
+        else "active",
+        planned_through=row.planned_through,
+        late_ticks=count,
+        oldest_late_tick=oldest,
+    )
+
+
+def tick_prefix(name: str) -> str:
+    """What the keys of a schedule's ticks start with."""
+    return f"{KEY_PREFIX}{name}@"
+
+
+def declared_names() -> list[str]:
+    """The names of the schedules this process's code declares (none when
+    ``DELAYQ["PERIODIC"]`` is not even a dict: the system checks say so)."""
+    from .declared import declared
+
+    try:
+        return [schedule.name for schedule in declared()[0]]
+    except InvalidTaskDefinition:
+        return []
+
+
+def late_ticks(
+    now: datetime.datetime, using: str | None, limit: int | None = None
+) -> dict[str, tuple[int, datetime.datetime | None]]:
+    """Schedule name -> (late ticks, the earliest one's run_at); with
+    ``limit``, of the ``limit`` latest ticks only."""
+    ticks = DelayedTask.objects.using(using).filter(
+        status=Status.SCHEDULED,
+        run_at__lt=now - BEHIND_AFTER,
+        key__startswith=KEY_PREFIX,
+        key__contains="@",
+    )
+    if limit is not None:
+        # Bounded, on the (status, run_at) index; counted here.
+        found: dict[str, tuple[int, datetime.datetime | None]] = {}
+        for key, run_at in ticks.order_by("run_at").values_list("key", "run_at")[
+            :limit
+        ]:
+            name = (key or "")[len(KEY_PREFIX) :].split("@", 1)[0]
+            count, oldest = found.get(name, (0, run_at))
+            found[name] = (count + 1, oldest)
+        return found
+    start = len(KEY_PREFIX) + 1  # SQL strings count from 1
+    rows = (
+        ticks.order_by()
+        # The schedule's name: between the prefix and the '@' (a name
+        # cannot hold one).
+        .annotate(
+            schedule=Substr("key", start, StrIndex(F("key"), Value("@")) - Value(start))
+        )
+        .values_list("schedule")
+        .annotate(n=Count("pk"), oldest=Min("run_at"))
+    )
+    return {name: (count, oldest) for name, count, oldest in rows}
