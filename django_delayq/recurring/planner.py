@@ -22,9 +22,11 @@ schedule's ``catch_up`` says which of them run.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
-from collections.abc import Iterable
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from django.db import transaction
@@ -47,6 +49,14 @@ REFILL_BELOW = LOOKAHEAD / 2
 #: The most ticks one schedule writes in one round (an every=1 s schedule
 #: writes about LOOKAHEAD's worth).
 MAX_TICKS_PER_ROUND = 1000
+#: A tick is *missed* once it is this far past and no process kept its
+#: schedule: a planner that is only slow (a long round, a database that
+#: paused) writes its ticks late, it does not skip them.
+MISSED_AFTER = LOOKAHEAD
+#: Schedules refilled in one transaction: one compare-and-set per group of
+#: schedules planned together before, one read of held keys, one insert and
+#: one Redis round trip for all of them.
+CHUNK = 500
 
 
 @dataclass
@@ -79,6 +89,7 @@ def plan(now: datetime.datetime | None = None) -> PlanResult:
     for name, row in rows.items():
         if row.removed_at is None and name not in {s.name for s in schedules}:
             _retire(row, now, result)
+    refill: list[tuple[Schedule, PeriodicSchedule]] = []
     for schedule in schedules:
         row = rows[schedule.name]
         if row.paused:
@@ -86,19 +97,87 @@ def plan(now: datetime.datetime | None = None) -> PlanResult:
         changed = row.removed_at is not None or row.definition != schedule.definition
         if changed and not _restart(schedule, row, now, result):
             continue  # another process restarted it, and plans it
-        if _aware(row.planned_through) >= now + REFILL_BELOW:
+        planned_through = _aware(row.planned_through)
+        if planned_through >= now + REFILL_BELOW:
             continue
-        try:
+        if planned_through >= now - MISSED_AFTER:
+            refill.append((schedule, row))  # the usual case: batched below
+            continue
+        with _duplicate_logged(schedule.name):
             _plan_one(schedule, row, now, result)
-        except DuplicateTask:
-            # A tick's key is held by a row this planner did not expect
-            # (another release planned it): the next round plans around it.
-            logger.warning(
-                "periodic schedule %s: a tick is already written; planning it "
-                "again in the next round",
-                schedule.name,
-            )
+    for start in range(0, len(refill), CHUNK):
+        chunk = refill[start : start + CHUNK]
+        with _duplicate_logged(", ".join(s.name for s, _ in chunk[:3])):
+            _refill(chunk, now, result)
     return result
+
+
+@contextlib.contextmanager
+def _duplicate_logged(names: str) -> Iterator[None]:
+    try:
+        yield
+    except DuplicateTask:
+        # A tick's key is held by a row written after the held keys were
+        # read (scheduled by hand under a tick's key): the next round plans
+        # around it.
+        logger.warning(
+            "periodic schedule %s: a tick's key is taken; planning again in "
+            "the next round",
+            names,
+        )
+
+
+def _refill(
+    chunk: list[tuple[Schedule, PeriodicSchedule]],
+    now: datetime.datetime,
+    result: PlanResult,
+) -> None:
+    """Write the next ticks of schedules kept until now, in one transaction."""
+    horizon = now + LOOKAHEAD
+    with transaction.atomic():
+        won = _advance_many([row for _, row in chunk], horizon)
+        plans = [
+            (
+                schedule,
+                schedule.ticks_after(
+                    _aware(row.planned_through), horizon, MAX_TICKS_PER_ROUND
+                ),
+            )
+            for schedule, row in chunk
+            if schedule.name in won
+        ]
+        _write(plans)
+    result.planned += sum(len(ticks) for _, ticks in plans)
+    for _, row in chunk:
+        if row.name in won:
+            row.planned_through = horizon
+
+
+def _advance_many(rows: list[PeriodicSchedule], horizon: datetime.datetime) -> set[str]:
+    """:func:`_advance` for many rows: the names this planner moved on.
+
+    Rows planned together in an earlier round share their
+    ``planned_through``: one UPDATE per such group. When an UPDATE matches
+    fewer rows than asked, another planner moved some of them: the rows now
+    at this round's ``horizon`` are this planner's (another planner's
+    horizon is another instant).
+    """
+    groups: dict[datetime.datetime, list[str]] = defaultdict(list)
+    for row in rows:
+        groups[row.planned_through].append(row.name)
+    moved = 0
+    for start, names in groups.items():
+        moved += PeriodicSchedule.objects.filter(
+            name__in=names, planned_through=start, paused=False, removed_at=None
+        ).update(planned_through=horizon)
+    names = [row.name for row in rows]
+    if moved == len(names):
+        return set(names)
+    return set(
+        PeriodicSchedule.objects.filter(
+            name__in=names, planned_through=horizon
+        ).values_list("name", flat=True)
+    )
 
 
 def _create_missing(
@@ -128,16 +207,14 @@ def _plan_one(
 ) -> None:
     start = _aware(row.planned_through)
     horizon = now + LOOKAHEAD
+    missed_by = now - MISSED_AFTER
     with transaction.atomic():
         if not _advance(row, start, horizon):
             return  # another planner wrote them
-        ticks: list[datetime.datetime] = []
-        if start < now:
-            ticks += _catch_up(schedule, start, now, result)
-            start = now
-        ahead = schedule.ticks_after(start, horizon, MAX_TICKS_PER_ROUND)
-        ticks += ahead
-        _write(schedule, ticks)
+        ticks = _catch_up(schedule, start, missed_by, result)
+        # Ticks less than MISSED_AFTER past are written, to run at once.
+        ahead = schedule.ticks_after(missed_by, horizon, MAX_TICKS_PER_ROUND)
+        _write([(schedule, ticks + ahead)])
         result.planned += len(ahead)
     row.planned_through = horizon
 
@@ -165,9 +242,10 @@ def _catch_up(
     now: datetime.datetime,
     result: PlanResult,
 ) -> list[datetime.datetime]:
-    """Nothing planned the schedule from ``start`` until ``now``: decide
-    which missed ticks run, by ``catch_up``. Returns those to write; cancels
-    the written ones that must not run."""
+    """Nothing planned the schedule from ``start`` until ``now`` (here: the
+    moment ticks count as missed): decide which missed ticks run, by
+    ``catch_up``. Returns those to write; cancels the written ones that
+    must not run."""
     unplanned = [t for t in schedule.ticks_until(now, MAX_CATCH_UP) if t > start]
     overdue = list(
         _ticks_of(schedule.name)
@@ -207,8 +285,11 @@ def _catch_up(
     return write
 
 
-def _write(schedule: Schedule, ticks: list[datetime.datetime]) -> None:
-    if not ticks:
+def _write(plans: list[tuple[Schedule, list[datetime.datetime]]]) -> None:
+    """Write each schedule's ticks as task rows: one read of the keys held
+    already, one insert, one Redis round trip after the commit."""
+    plans = [(schedule, ticks) for schedule, ticks in plans if ticks]
+    if not plans:
         return
     from ..api import Call, schedule_many
 
@@ -218,31 +299,33 @@ def _write(schedule: Schedule, ticks: list[datetime.datetime]) -> None:
     # transaction, so no other planner writes one meanwhile.
     # (The status is tested here, not in SQL, as in api: SQLite's planner
     # would otherwise read the status index instead of the key index.)
+    wanted = [
+        (schedule, tick, schedule.key(tick))
+        for schedule, ticks in plans
+        for tick in ticks
+    ]
     held = {
         key
         for key, status in DelayedTask.objects.filter(
-            key__in=[schedule.key(tick) for tick in ticks]
+            key__in=[key for _, _, key in wanted]
         ).values_list("key", "status")
         if status in ACTIVE_STATUSES
     }
-    ticks = [tick for tick in ticks if schedule.key(tick) not in held]
-    if not ticks:
-        return
-    takes_tick = schedule.takes_tick
-    schedule_many(
-        [
-            Call(
-                schedule.task,
-                args=schedule.args,
-                kwargs={**schedule.kwargs, "tick": _text(tick)}
-                if takes_tick
-                else dict(schedule.kwargs),
-                eta=tick,
-                key=schedule.key(tick),
-            )
-            for tick in ticks
-        ]
-    )
+    calls = [
+        Call(
+            schedule.task,
+            args=schedule.args,
+            kwargs={**schedule.kwargs, "tick": _text(tick)}
+            if schedule.takes_tick
+            else dict(schedule.kwargs),
+            eta=tick,
+            key=key,
+        )
+        for schedule, tick, key in wanted
+        if key not in held
+    ]
+    if calls:
+        schedule_many(calls)
 
 
 def _restart(

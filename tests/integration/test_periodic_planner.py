@@ -91,8 +91,10 @@ def test_a_function_without_tick_gets_no_arguments(declare):
 @pytest.mark.parametrize(
     ("policy", "expected"),
     [
-        ("none", []),
-        ("latest", ["10:00:15"]),
+        # Ticks less than MISSED_AFTER (5 s) past are late, not missed: they
+        # run (10:00:11 to :15); those before are missed.
+        ("none", [f"10:00:{n:02d}" for n in range(11, 16)]),
+        ("latest", [f"10:00:{n:02d}" for n in range(10, 16)]),
         # every tick from 10:00:01 (the first planned) to 10:00:15
         ("all", [f"10:00:{n:02d}" for n in range(1, 16)]),
     ],
@@ -117,7 +119,9 @@ def test_catch_up_all_is_capped(declare):
     plan(now=T0)
     plan(now=T0 + datetime.timedelta(hours=1))
     due = ticks(status=Status.SCHEDULED, run_at__lte=T0 + datetime.timedelta(hours=1))
-    assert len(due) == 100
+    # The latest 100 missed, and the 5 s of ticks that are only late.
+    assert len(due) == 100 + 5
+    assert times(due)[:2] == ["10:58:16", "10:58:17"]
     assert times(due)[-1] == "11:00:00"
 
 
@@ -217,4 +221,30 @@ def test_a_bad_setting_entry_is_reported_by_the_checks(settings):
     assert [m.msg for m in errors] == [
         "DELAYQ[\"PERIODIC\"]['digest']: every= must be a datetime.timedelta of at "
         "least 1 second (or a number of seconds); got 0."
+    ]
+
+
+def test_many_schedules_are_planned_in_one_round_once(declare):
+    for n in range(60):
+        declare(name=f"s{n:02d}", every=datetime.timedelta(seconds=1))
+    plan(now=T0)
+    rows = DelayedTask.objects.filter(key__startswith="periodic:s")
+    assert rows.count() == 60 * 5
+    assert len(set(rows.values_list("key", flat=True))) == 60 * 5
+    plan(now=T0)  # another planner, the same moment: nothing more
+    plan(now=T0 + LOOKAHEAD / 2 + SECOND)  # the next refill: 3 more each
+    assert rows.count() == 60 * 8
+    assert len(set(rows.values_list("key", flat=True))) == 60 * 8
+
+
+def test_a_slow_planner_writes_late_ticks_it_does_not_skip_them(declare, caplog):
+    declare(every=datetime.timedelta(seconds=1), catch_up="none")
+    plan(now=T0)  # planned through 10:00:05
+    # The next round comes 3 s late (a long round, a database that paused):
+    # 10:00:06 to :08 are late, not missed.
+    with caplog.at_level(logging.WARNING, logger="django_delayq"):
+        plan(now=T0 + datetime.timedelta(seconds=8, milliseconds=100))
+    assert "missed" not in caplog.text
+    assert times(ticks(status=Status.SCHEDULED)) == [
+        f"10:00:{n:02d}" for n in range(1, 14)
     ]
