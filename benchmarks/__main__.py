@@ -223,6 +223,19 @@ def measure(plan: Plan, *, peers: Sequence[str], quick: bool) -> dict[str, Any]:
             timeout=3600,
         )
         if not quick:
+            _say("periodic schedules: 1,000 every second against plain tasks")
+            results["periodic"] = _child(
+                env,
+                "benchmarks.periodic",
+                "--db",
+                "postgres",
+                "--schedules",
+                "1000",
+                "--runs",
+                "3",
+                "--json",
+                timeout=1800,
+            )
             # Six more redis-servers: a full run only, on a quiet machine.
             _say("Redis Cluster against one Redis: move rate, started/s, recovery")
             results["cluster"] = _child(

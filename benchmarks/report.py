@@ -329,6 +329,56 @@ def _rolling_restart(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def _periodic(results: dict[str, Any]) -> list[str]:
+    run = results.get("periodic")
+    if not run:
+        return []
+
+    def cell(name: str, figure: str, digits: int = 0) -> str:
+        value = run[f"{name}_{figure}"]
+        return (
+            f"{_num(value['median'], digits)} ({_num(value['min'], digits)}-"
+            f"{_num(value['max'], digits)})"
+        )
+
+    rows = [
+        f"| {label} | {cell(name, 'fired')} of {cell(name, 'n')} | "
+        f"{cell(name, 'p50_ms', 1)} | {cell(name, 'p99_ms', 1)} | "
+        f"{cell(name, 'redis_cmds_per_s')} | {cell(name, 'db_rows_per_s')} | "
+        f"{cell(name, 'db_commits_per_s')} |"
+        for name, label in (
+            ("periodic", f"{run['schedules']:,} schedules, every 1 s"),
+            ("plain", f"plain tasks, {run['schedules']:,} due each second"),
+        )
+    ]
+    per = {
+        figure: run[f"per_schedule_{figure}"]["median"]
+        for figure in ("redis_cmds_per_s", "db_rows_per_s", "db_commits_per_s")
+    }
+    return [
+        f"## Periodic schedules: {run['schedules']:,} schedules every second "
+        "(PostgreSQL)",
+        "",
+        f"`python -m benchmarks.periodic`: {run['schedules']:,} "
+        '`DELAYQ["PERIODIC"]` entries (`every: 1`, a no-op task) on one '
+        f"dispatcher and {run['workers']} worker processes, beside the same "
+        "load as plain tasks written ahead with `schedule_many()`; a "
+        f"{run['window_s']:g} s window after a warm-up, {len(run['runs'])} runs, "
+        "medians (min-max). Lateness is the function's start minus the tick.",
+        "",
+        "| scenario | ticks run | p50, ms | p99, ms | Redis cmds/s | DB rows "
+        "written/s | DB commits/s |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        *rows,
+        "",
+        "Keeping a schedule (the periodic figures less the plain ones, per "
+        f"schedule): {per['redis_cmds_per_s']:.3f} Redis commands, "
+        f"{per['db_rows_per_s']:.2f} rows written and "
+        f"{per['db_commits_per_s']:.3f} commits a second.",
+        "",
+    ]
+
+
 def _peers(results: dict[str, Any]) -> list[str]:
     peers = results.get("peers")
     if not peers:
@@ -562,6 +612,7 @@ def render(results: dict[str, Any]) -> str:
         *_footprint(results),
         *_cluster(results),
         *_rolling_restart(results),
+        *_periodic(results),
         *_peers(results),
         *_limits(),
     ]

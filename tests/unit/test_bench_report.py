@@ -66,3 +66,39 @@ def test_a_ratio_below_a_hundredth_reads_as_a_fraction():
 def test_ratio_without_a_figure_is_n_a():
     assert _ratio(1.0, 0.0) == "n/a"
     assert _ratio(0.0, 10.0) == "n/a"
+
+
+def test_the_periodic_section_shows_both_scenarios_and_the_cost_per_schedule():
+    from benchmarks.report import _periodic
+
+    def spread(median: float) -> dict[str, float]:
+        return {"median": median, "min": median - 1, "max": median + 1}
+
+    figures = ("n", "fired", "p50_ms", "p99_ms", "redis_cmds_per_s")
+    run: dict[str, Any] = {
+        "schedules": 1000,
+        "workers": 2,
+        "window_s": 10.0,
+        "runs": [{}, {}, {}],
+        **{f"periodic_{f}": spread(100.0) for f in figures},
+        **{f"plain_{f}": spread(50.0) for f in figures},
+        "periodic_db_rows_per_s": spread(3000.0),
+        "plain_db_rows_per_s": spread(2000.0),
+        "periodic_db_commits_per_s": spread(48.0),
+        "plain_db_commits_per_s": spread(42.0),
+        "per_schedule_redis_cmds_per_s": spread(0.012),
+        "per_schedule_db_rows_per_s": spread(1.27),
+        "per_schedule_db_commits_per_s": spread(0.006),
+    }
+    lines = _periodic({"periodic": run})
+    assert (
+        lines[0] == "## Periodic schedules: 1,000 schedules every second (PostgreSQL)"
+    )
+    table = [line for line in lines if line.startswith("| 1,000 schedules")]
+    assert table == [
+        "| 1,000 schedules, every 1 s | 100 (99-101) of 100 (99-101) | 100.0 "
+        "(99.0-101.0) | 100.0 (99.0-101.0) | 100 (99-101) | 3,000 (2,999-3,001) "
+        "| 48 (47-49) |"
+    ]
+    assert "0.012 Redis commands, 1.27 rows written and 0.006 commits" in lines[-2]
+    assert _periodic({}) == []
