@@ -142,6 +142,15 @@ def running(
                 process.wait()
 
 
+def _load() -> float:
+    """The machine's 1-minute load average (``/proc/loadavg``), or NaN."""
+    try:
+        with open("/proc/loadavg") as loadavg:
+            return float(loadavg.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
 def scenario(
     n: int,
     window: float,
@@ -172,6 +181,7 @@ def scenario(
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("VACUUM ANALYZE django_delayq_delayedtask")
+    load_before = _load()
     with running(workers, prefetch, concurrency, extra_worker_args):
         # Scheduling must be over before the first task is due: allow for a
         # slow bulk rate (5,000/s) plus a second.
@@ -211,6 +221,9 @@ def scenario(
     else:
         summary["completed_per_s"] = summary["started_per_s"] = 0.0
     summary["unfinished"] = pending
+    # What else ran on the machine: a reader tells its mood from the code's.
+    summary["load_before"] = load_before
+    summary["load_after"] = _load()
     summary["workers"] = workers
     summary["threads"] = concurrency
     return summary
@@ -229,6 +242,12 @@ def main() -> int:
         "--all-due", action="store_true", help="one due time for all (throughput)"
     )
     parser.add_argument("--time-limit", type=float, default=120.0)
+    parser.add_argument(
+        "--worker-arg",
+        action="append",
+        default=[],
+        help="passed to delayq_worker as is (repeatable)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     setup(args.db)
@@ -241,6 +260,7 @@ def main() -> int:
         args.concurrency,
         kind=args.task,
         all_due=args.all_due,
+        extra_worker_args=args.worker_arg,
     )
     if args.json:
         print(json.dumps(result))
