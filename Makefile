@@ -64,7 +64,7 @@ tests: ## pytest (and Django's own Tasks tests, on Django 6) in every MATRIX leg
 	@$(BOOTSTRAP) --browser $(MATRIX)
 	tools/run_tests.sh --faults $(FAULTS_LEG) --browser "$(BROWSER_LEGS)" $(MATRIX)
 
-faults: ## Only the fault-injection scenarios (tests/faults) and the upgrade test (tests/upgrade), in the last leg, on both databases
+faults: ## Only the fault-injection scenarios (tests/faults, on PostgreSQL) and the upgrade test (tests/upgrade, on both databases), in the last leg
 	@$(BOOTSTRAP) $(FAULTS_LEG)
 	tools/run_tests.sh --faults $(FAULTS_LEG)
 

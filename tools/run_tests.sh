@@ -12,11 +12,12 @@
 # the upgrade test (tests/upgrade: the previous release's processes and the
 # current one's side by side) and the process-supervision tests
 # (PROCESS_TESTS), which are slow and do not depend on the Python or Django
-# version: with --faults LEG they run once, after the legs, in LEG: the fault
-# scenarios and the upgrade test against each database,
-# the process tests and the Redis Sentinel and Redis Cluster scenarios
-# (TOPOLOGY_TESTS) against the last one only (they exercise processes, signals
-# and Redis topologies, not the database).
+# version: with --faults LEG they run once, after the legs, in LEG: the
+# upgrade test against each database; the fault scenarios, the process tests
+# and the Redis Sentinel and Redis Cluster scenarios (in tests/faults) against
+# the last one only (PostgreSQL, the production database: the scenarios
+# exercise processes, signals and servers, and the legs run the database
+# code on both).
 # The browser tests (tests/browser: the example shop and the admin in
 # headless Chromium, on the example's own SQLite file) run last, once in each
 # leg that --browser names (one or several, space-separated: the admin's
@@ -59,11 +60,6 @@ USER_PROJECT_TESTS=(
     tests/docs/test_quickstart.py
     tests/acceptance/test_user_project_tests.py
     tests/acceptance/test_testing_toolkit_projects.py
-)
-# Fault scenarios on a Sentinel set-up and on a Redis Cluster.
-TOPOLOGY_TESTS=(
-    tests/faults/test_sentinel_faults.py
-    tests/faults/test_cluster_faults.py
 )
 faults_leg=""
 browser_legs=()
@@ -125,7 +121,8 @@ run_pytest() {
     # A -k filter in PYTEST_ARGS may select no fault scenario or browser test
     # at all; without a filter, no tests collected is a failure like anywhere
     # else.
-    if [[ $status -eq 5 && ($label == faults-* || $label == browser-*) &&
+    if [[ $status -eq 5 && ($label == faults-* || $label == upgrade-* ||
+        $label == browser-*) &&
         ${#pytest_args[@]} -gt 0 ]]; then
         verdict="nothing selected"
         status=0
@@ -182,12 +179,14 @@ if [[ -n $faults_leg ]]; then
     last_db=${dbs##* }
     for db in $dbs; do
         if [[ $db == "$last_db" ]]; then
-            once=("${PROCESS_TESTS[@]}")
+            run_pytest "$faults_leg" "$db" "faults-$faults_leg" tests/faults \
+                tests/upgrade "${PROCESS_TESTS[@]}" "${pytest_args[@]}"
         else
-            once=("${TOPOLOGY_TESTS[@]/#/--ignore=}")
+            # The fault scenarios run once, against the last database (the
+            # production one); the upgrade test against each.
+            run_pytest "$faults_leg" "$db" "upgrade-$faults_leg" tests/upgrade \
+                "${pytest_args[@]}"
         fi
-        run_pytest "$faults_leg" "$db" "faults-$faults_leg" tests/faults \
-            tests/upgrade "${once[@]}" "${pytest_args[@]}"
     done
 fi
 
