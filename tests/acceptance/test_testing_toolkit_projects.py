@@ -188,7 +188,11 @@ def test_the_example_projects_own_tests_pass_with_no_redis() -> None:
 
 @pytest.fixture
 def asgi_shop(redis_server: RedisServer, tmp_path: Path) -> Iterator[ExampleShop]:
-    shop = ExampleShop(redis_server.url, tmp_path)
+    # A shop of its own (its own SQLite file), so a Redis database of its
+    # own: the shared shop of test_example_shop.py claims database 0's
+    # KEY_PREFIX for its database (delayq.E014), and the coupon test's uses 1.
+    url = redis_server.url.rsplit("/", 1)[0] + "/2"
+    shop = ExampleShop(url, tmp_path)
     # The web process under uvicorn instead of runserver: async views run on
     # its event loop.
     shop.commands["web"] = [
