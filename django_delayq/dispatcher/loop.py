@@ -14,7 +14,7 @@ A move's reply also says whether Redis lost the shard's data (its index
 marker is gone, or the server had to be sent the script: it restarted or
 failed over; see :mod:`django_delayq.store.epochs`). The dispatcher then
 rebuilds the index of the shards concerned from the rows at once
-(:mod:`django_delayq.sweeper.rebuild`), takes back the leases lost with the
+(:mod:`django_delayq.reconcile.rebuild`), takes back the leases lost with the
 data, and moves again: tasks due soon after a loss are not left for the
 sweeper's next pass. After an error every owned shard moves as soon as
 Redis answers again, so that the first reply after an outage tells.
@@ -41,12 +41,12 @@ from ..ownership import (
     OWNER_RETRY_INTERVAL,
     check_prefix_if_reachable,
 )
+from ..reconcile import rebuild
 from ..recurring.keeper import Keeper
 from ..store import epochs, index, wake_lists
 from ..store.connection import Client, get_client
 from ..store.errors import Answers
 from ..store.keys import ShardKeys, dispatchers_key, handover_key, shard_keys
-from ..sweeper.rebuild import rebuild
 from ..timing import Backoff
 from .leases import DispatchStats, Leases, Shard
 from .wakeups import WakeListener

@@ -1,7 +1,7 @@
 """The sweeper's loop and its pass: :class:`Sweeper`, and what a pass did
 (:class:`SweepResult`). What a pass does, and in which order, is said in
 :mod:`django_delayq.sweeper`; the repairs of one shard are in
-:mod:`~django_delayq.sweeper.shard_repair`.
+:mod:`~django_delayq.reconcile.shard`.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from ..ids import process_name
 from ..models import DelayedTask, Status
 from ..outbox import replay_outbox
 from ..ownership import check_prefix_if_reachable
+from ..reconcile.shard import Repairs, ShardRows, Window, repair_shard
 from ..recurring.keeper import Keeper
 from ..store import epochs, leases
 from ..store.connection import Client, get_client
 from ..store.errors import Answers, error_text
 from ..store.keys import shard_keys, sweeper_lock_key, sweepers_key
 from ..timing import Backoff
-from .shard_repair import Repairs, ShardRows, Window, repair_shard
 
 __all__ = ["BATCH", "LOCK_MS", "SweepResult", "Sweeper", "pass_ttl"]
 
@@ -278,7 +278,7 @@ class Sweeper:
         )
         # A shard whose index marker is gone lost its data: this pass
         # rebuilds it, so it claims the rebuild (and marks it done below)
-        # before reading the rows, as a dispatcher would (sweeper.rebuild).
+        # before reading the rows, as a dispatcher would (reconcile.rebuild).
         claimed = self._claim_lost(client)
         # Rows first: anything indexed after this read is found below.
         scheduled: dict[tuple[str, int], list[DelayedTask]] = defaultdict(list)

@@ -7,7 +7,7 @@ Each shard is claimed first, so that of several processes noticing the same
 loss one rebuilds each shard and the others go on (no thundering herd on
 the database). Claimed before the rows are read: a task indexed and lost
 before the claim is among the rows read after it. The rebuild is the
-sweeper's reconciliation (:func:`~.shard_repair.repair_shard`) of its
+sweeper's reconciliation (:func:`~.shard.repair_shard`) of its
 moving window, the stuck-work recovery left to the sweeper: soonest first,
 the rows due within :data:`SOON` over every claimed shard, then the rest of
 the window. Only rows due within ``RECONCILE_HORIZON`` are read, so the
@@ -29,14 +29,18 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ..conf import get_settings
+from ..exceptions import RedisUnavailable
 from ..models import DelayedTask, Status
 from ..store import epochs
 from ..store.connection import Client
+from ..store.errors import error_text
 from ..store.keys import ShardKeys
-from .loop import BATCH
-from .shard_repair import Repairs, ShardRows, Window, repair_shard
+from .shard import Repairs, ShardRows, Window, repair_shard
 
 logger = logging.getLogger(__name__)
+
+#: Rows per query batch.
+BATCH = 1000
 
 #: Seconds ahead whose tasks every claimed shard gets back before the rest
 #: of any shard's window.
@@ -71,7 +75,24 @@ def rebuild(
         # The shard whose next task is due first goes first.
         for keys in sorted(claimed, key=lambda k: _first_due(rows, k, until)):
             scheduled = rows.get((keys.queue, keys.shard), [])
-            result.add(repair_shard(window, ShardRows(keys, scheduled, [])))
+            try:
+                # A key of a wrong type is left to the sweeper, which
+                # replaces it (see store.broken); so is the shard.
+                result.add(
+                    repair_shard(
+                        window, ShardRows(keys, scheduled, []), replace_broken=False
+                    )
+                )
+            except RedisUnavailable as exc:
+                if exc.unreachable:
+                    raise
+                logger.error(
+                    "shard %s:%d: its index could not be rebuilt (%s); left to "
+                    "the sweeper",
+                    keys.queue,
+                    keys.shard,
+                    error_text(exc),
+                )
     for keys in claimed:
         if not epochs.mark_rebuilt(client, keys, token):
             # Lost again meanwhile, or taken over: the next move sees it.
