@@ -53,6 +53,7 @@ FULL = Plan(
     throughput_tasks=10_000,
     throughput_kinds=("noop", "write_row"),
     rolling=(100, 20.0, 3),
+    redis_loss=(1_000_000, 2_000, 20.0, 3),
 )
 QUICK = Plan(
     schedule_single=200,
@@ -207,6 +208,25 @@ def measure(plan: Plan, *, peers: Sequence[str], quick: bool) -> dict[str, Any]:
             "--json",
             timeout=1800,
         )
+        backlog, soon, window, runs = plan.redis_loss
+        if runs:
+            _say(f"redis loss: {soon} due over {window:g} s behind {backlog:,}")
+            results["redis_loss"] = _child(
+                env,
+                "benchmarks.redis_loss",
+                "--db",
+                "postgres",
+                "--backlog",
+                str(backlog),
+                "--soon",
+                str(soon),
+                "--window",
+                str(window),
+                "--runs",
+                str(runs),
+                "--json",
+                timeout=1800,
+            )
         _say("footprint and growth: " + ", ".join(f"{s:,}" for s in plan.sizes))
         results["footprint"] = _child(
             env,

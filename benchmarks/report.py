@@ -39,6 +39,8 @@ class Plan:
     rolling: tuple[int, float, int]  # tasks per second, seconds, runs
     #: task kinds of the light and steady runs, the headline (one row) first
     lateness_kinds: tuple[str, ...] = ("write_row", "noop")
+    #: far-future backlog, tasks due soon, their window (s), runs; 0: skipped
+    redis_loss: tuple[int, int, float, int] = (0, 0, 0.0, 0)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -325,6 +327,36 @@ def _cluster(results: dict[str, Any]) -> list[str]:
         "the Redis side of started/s grow with the primaries as long as the "
         "queues have more shards than primaries; the database's commits and "
         "the workers' CPU then bound what the workers start, as on one Redis.",
+        "",
+    ]
+
+
+def _redis_loss(results: dict[str, Any]) -> list[str]:
+    run = results.get("redis_loss")
+    if not run:
+        return []
+    rows = [
+        f"| {n} | {r['fired']} | {_num(r['p50_ms'])} | {_num(r['p99_ms'])} "
+        f"| {_num(r['max_ms'])} | {r['early']} | {r['twice']} | {r['backlog_ran']} |"
+        for n, r in enumerate(run["runs"], 1)
+    ]
+    return [
+        "## Tasks due soon after Redis loses its data (PostgreSQL)",
+        "",
+        f"`python -m benchmarks.redis_loss`: {run['backlog']:,} one-row tasks "
+        f"due a day ahead, {run['soon']:,} due evenly over the next "
+        f"{run['window_s']:g} s, `FLUSHALL` a quarter into that window; one "
+        f"dispatcher and {run['workers']} worker processes with their default "
+        "options, no sweeper. Lateness to the start of the tasks due after the "
+        "loss.",
+        "",
+        "| run | due after the loss, started | p50, ms | p99, ms | max, ms "
+        "| early | run twice | backlog run |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *rows,
+        "",
+        f"Median p99 {_num(run['p99_ms_median'])} ms, max "
+        f"{_num(run['max_ms_median'])} ms.",
         "",
     ]
 
@@ -659,6 +691,7 @@ def render(results: dict[str, Any]) -> str:
         *_cluster(results),
         *_rolling_restart(results),
         *_periodic(results),
+        *_redis_loss(results),
         *_peers(results),
         *_limits(),
     ]

@@ -10,6 +10,15 @@ One :class:`Dispatcher` per ``delayq_dispatch`` process. Its main loop:
    does not depend on the Redis server's cron tick), or until woken early by
    a new earliest task (:mod:`django_delayq.dispatcher.wakeups`).
 
+A move's reply also says whether Redis lost the shard's data (its index
+marker is gone, or the server had to be sent the script: it restarted or
+failed over; see :mod:`django_delayq.store.epochs`). The dispatcher then
+rebuilds the index of the shards concerned from the rows at once
+(:mod:`django_delayq.reconcile.rebuild`), takes back the leases lost with the
+data, and moves again: tasks due soon after a loss are not left for the
+sweeper's next pass. After an error every owned shard moves as soon as
+Redis answers again, so that the first reply after an outage tells.
+
 Idle, a dispatcher issues a handful of Redis commands per lease period, not
 a poll every few ms.
 """
@@ -21,7 +30,10 @@ import threading
 import time
 from collections.abc import Sequence
 
+from django.db import DatabaseError
+
 from ..conf import get_settings
+from ..db.connections import recycle_connections
 from ..exceptions import RedisUnavailable
 from ..ids import process_name
 from ..ownership import (
@@ -29,11 +41,12 @@ from ..ownership import (
     OWNER_RETRY_INTERVAL,
     check_prefix_if_reachable,
 )
+from ..reconcile import rebuild
 from ..recurring.keeper import Keeper
-from ..store import index, wake_lists
+from ..store import epochs, index, wake_lists
 from ..store.connection import Client, get_client
 from ..store.errors import Answers
-from ..store.keys import dispatchers_key, handover_key, shard_keys
+from ..store.keys import ShardKeys, dispatchers_key, handover_key, shard_keys
 from ..timing import Backoff
 from .leases import DispatchStats, Leases, Shard
 from .wakeups import WakeListener
@@ -91,6 +104,9 @@ class Dispatcher:
             ttl=lease_ttl,
             stats=self.stats,
         )
+        #: shards whose move said Redis lost data -> whether it restarted
+        #: (the rebuild is forced, see store.epochs)
+        self._lost: dict[ShardKeys, bool] = {}
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._listener = WakeListener(
@@ -141,17 +157,22 @@ class Dispatcher:
                     if now >= backstop or once:
                         # Look at every owned shard now and then, in case a
                         # wake-up was lost (e.g. Redis restarted meanwhile).
-                        for shard in self.shards:
-                            if shard.owned:
-                                shard.due_at = now
+                        self._move_all_now()
                         backstop = now + self.max_wait
                     self._wake.clear()  # before draining: no wake-up is lost
                     self._take_woken(now)
                     self._drain(client, once)
+                    if self._lost:
+                        self._rebuild(client)
+                        self._drain(client, once)  # what it indexed, if due
                     backoff.answered()
                 except RedisUnavailable as exc:
                     if once:
                         raise  # one pass asked for: say it could not be made
+                    # The first moves after Redis answers again say whether
+                    # it lost data meanwhile (a restart): each owned shard
+                    # moves then, whenever its head is due.
+                    self._move_all_now()
                     self._stopping.wait(backoff.failed(exc))
                     continue
                 if once:
@@ -220,9 +241,13 @@ class Dispatcher:
         """Move what is due on one shard, and time its next due task."""
         while not self._stopping.is_set():
             sent = time.monotonic()
-            moved, head, redis_now, redis_us = index.move_due(
-                client, shard.keys, self.token, self.batch_size
-            )
+            reply = index.move_due(client, shard.keys, self.token, self.batch_size)
+            moved, head, redis_now, redis_us = reply[:4]
+            if not reply.marked or reply.reloaded:
+                # Rebuilt once this pass is over (see _rebuild).
+                self._lost[shard.keys] = self._lost.get(shard.keys, False) or (
+                    reply.reloaded
+                )
             if moved < 0:
                 # Another dispatcher holds the shard now. If a wake-up
                 # brought us here, it was meant for the new owner.
@@ -250,6 +275,79 @@ class Dispatcher:
             redis_ms = redis_now + redis_us / 1000
             shard.due_at = None if head < 0 else sent + (head - redis_ms) / 1000
             break
+
+    def _rebuild(self, client: Client) -> None:
+        """Redis lost data: rebuild the index of the shards concerned from
+        the rows now, take back the leases lost with it, and move again.
+
+        The shards concerned are every configured queue's (on a Redis
+        Cluster, those of the node that answered so): the other queues'
+        dispatchers may never see the same sign, as a restarted server is
+        sent the script once. Each is claimed first, so one process
+        rebuilds it however many noticed.
+        """
+        lost, self._lost = self._lost, {}
+        force = any(lost.values())
+        settings = get_settings()
+        every = [
+            shard_keys(self.prefix, queue.name, number)
+            for queue in settings.queues.values()
+            for number in range(queue.shards)
+        ]
+        concerned: dict[ShardKeys, None] = {}
+        for keys in lost:
+            concerned.update(
+                dict.fromkeys(epochs.on_node_of(client, keys.epoch, every))
+            )
+        why = (
+            "its server restarted or failed over"
+            if force
+            else "its index marker is gone (a new Redis, or one that lost its data)"
+        )
+        recycle_connections()
+        try:
+            rebuilt, repairs = rebuild(client, list(concerned), self.token, force=force)
+        except DatabaseError as exc:
+            # The claims expire and the next move sees the loss again.
+            logger.warning(
+                "dispatcher %s: Redis may have lost data (%s) but the index "
+                "could not be rebuilt from the database: %s; trying again in "
+                "%d s",
+                self.token,
+                why,
+                exc,
+                epochs.CLAIM_MS // 1000,
+            )
+            return
+        if rebuilt:
+            level = logging.WARNING if repairs.reindexed else logging.INFO
+            logger.log(
+                level,
+                "dispatcher %s: rebuilt the index of %s from the rows, as Redis "
+                "may have lost data (%s): reindexed %d, removed %d, corrected %d%s",
+                self.token,
+                ", ".join(f"{k.queue}:{k.shard}" for k in rebuilt),
+                why,
+                repairs.reindexed,
+                repairs.removed,
+                repairs.corrected,
+                ""
+                if repairs.oldest_lost is None
+                else f" (the oldest reindexed task was due at "
+                f"{repairs.oldest_lost.isoformat(sep=' ', timespec='milliseconds')})",
+            )
+        # The leases went with the data: take them back now, not at the
+        # next lease check, and move every owned shard.
+        if self.leases.keep(client):
+            self._listener.nudge(client)
+        self._move_all_now()
+
+    def _move_all_now(self) -> None:
+        """Have every owned shard move at once, whenever its head is due."""
+        now = time.monotonic()
+        for shard in self.shards:
+            if shard.owned:
+                shard.due_at = now
 
     def _sleep(self, until: float) -> None:
         deadline = min(

@@ -100,16 +100,26 @@ class Moved(NamedTuple):
     #: microseconds past the millisecond
     redis_ms: int
     redis_us: int
+    #: whether the shard's index marker exists (:mod:`.epochs`): False after
+    #: Redis lost the shard's keys
+    marked: bool = True
+    #: whether the server had to be sent the script (``NOSCRIPT``): it
+    #: restarted, or is a replica just promoted, since this process last
+    #: moved there (:mod:`.epochs`)
+    reloaded: bool = False
 
 
 @translated
 def move_due(client: redis.Redis, keys: ShardKeys, token: str, limit: int) -> Moved:
     """Move up to ``limit`` ids due by Redis' clock from the shard's due-sets
     to its ready streams, each band's to its own, if ``token`` holds the
-    shard's lease (atomically: see ``lua/move.lua``)."""
+    shard's lease (atomically: see ``lua/move.lua``); also say whether Redis
+    may have lost the shard's data (see :mod:`.epochs`)."""
     try:
-        moved, head, redis_ms, redis_us = scripts.load("move")(
-            client, (*keys.due_bands, *keys.ready_bands, keys.lease), (token, limit)
+        reply, reloaded = scripts.load("move").run(
+            client,
+            (*keys.due_bands, *keys.ready_bands, keys.lease, keys.epoch),
+            (token, limit),
         )
     except RedisUnavailable as exc:  # scripts raise it already
         if "WRONGTYPE" in str(exc):
@@ -119,7 +129,10 @@ def move_due(client: redis.Redis, keys: ShardKeys, token: str, limit: int) -> Mo
             for key, found in wrong_types(client, expected).items():
                 report_wrong_type(key, f"a {expected[key]}", f"a {found}")
         raise
-    return Moved(int(moved), int(head), int(redis_ms), int(redis_us))
+    moved, head, redis_ms, redis_us, marked = reply
+    return Moved(
+        int(moved), int(head), int(redis_ms), int(redis_us), bool(marked), reloaded
+    )
 
 
 def _by_shard(entries: Iterable[IndexEntry]) -> dict[tuple[str, int], list[IndexEntry]]:

@@ -12,6 +12,7 @@ every key of one shard lives in one slot and each Lua script touches one slot)::
     <prefix>:{<queue>:<shard>}:wake   LIST    one element: "a new head arrived"
     <prefix>:{<queue>:<shard>}:lease  STRING  token of the dispatcher owning the shard
     <prefix>:{<queue>:<shard>}:dead   STREAM  entries no worker could run, with why
+    <prefix>:{<queue>:<shard>}:epoch  STRING  the shard's index marker (store.epochs)
     <prefix>:{<queue>:<shard>}:activity:<minute>  HASH  counters (store.activity)
 
 and, per prefix, ``<prefix>:owner`` (see :mod:`django_delayq.ownership`),
@@ -51,6 +52,7 @@ class ShardKeys:
     ready_lo: str
     due_hi: str
     due_lo: str
+    epoch: str
 
     @property
     def due_bands(self) -> tuple[str, str, str]:
@@ -99,6 +101,7 @@ def shard_keys(prefix: str, queue: str, shard: int) -> ShardKeys:
         ready_lo=f"{base}:ready:lo",
         due_hi=f"{base}:due:hi",
         due_lo=f"{base}:due:lo",
+        epoch=f"{base}:epoch",
     )
 
 

@@ -42,18 +42,28 @@ class LuaScript:
         self.sha = hashlib.sha1(source.encode()).hexdigest()
         _by_sha[self.sha] = self
 
-    @translated
     def __call__(
         self, client: redis.Redis, keys: Sequence[KeyT], args: Sequence[ArgT]
     ) -> Any:
+        return self.run(client, keys, args)[0]
+
+    @translated
+    def run(
+        self, client: redis.Redis, keys: Sequence[KeyT], args: Sequence[ArgT]
+    ) -> tuple[Any, bool]:
+        """The script's reply, and whether the server had to be sent its
+        source (``NOSCRIPT``): a server that never ran it since it started,
+        as a restarted Redis or a replica just promoted (whose script cache
+        starts empty: scripts are not replicated), which is what
+        :mod:`.epochs` takes as a sign that its data may be older than it was."""
         with _denials_named():
             try:
-                return client.evalsha(self.sha, len(keys), *keys, *args)
+                return client.evalsha(self.sha, len(keys), *keys, *args), False
             except redis.exceptions.NoScriptError:
                 # EVAL, not SCRIPT LOAD: it goes to the node serving the keys
                 # and caches the script there, while a cluster client sends
                 # SCRIPT LOAD to every primary, and fails if one is down.
-                return client.eval(self.source, len(keys), *keys, *args)
+                return client.eval(self.source, len(keys), *keys, *args), True
 
 
 @contextlib.contextmanager

@@ -1,7 +1,7 @@
 """The sweeper's loop and its pass: :class:`Sweeper`, and what a pass did
 (:class:`SweepResult`). What a pass does, and in which order, is said in
 :mod:`django_delayq.sweeper`; the repairs of one shard are in
-:mod:`~django_delayq.sweeper.shard_repair`.
+:mod:`~django_delayq.reconcile.shard`.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from ..ids import process_name
 from ..models import DelayedTask, Status
 from ..outbox import replay_outbox
 from ..ownership import check_prefix_if_reachable
+from ..reconcile.shard import Repairs, ShardRows, Window, repair_shard
 from ..recurring.keeper import Keeper
-from ..store import leases
+from ..store import epochs, leases
 from ..store.connection import Client, get_client
 from ..store.errors import Answers, error_text
 from ..store.keys import shard_keys, sweeper_lock_key, sweepers_key
 from ..timing import Backoff
-from .shard_repair import Repairs, ShardRows, Window, repair_shard
 
 __all__ = ["BATCH", "LOCK_MS", "SweepResult", "Sweeper", "pass_ttl"]
 
@@ -276,6 +276,10 @@ class Sweeper:
         stale_before = now - datetime.timedelta(
             seconds=self.settings.visibility_timeout
         )
+        # A shard whose index marker is gone lost its data: this pass
+        # rebuilds it, so it claims the rebuild (and marks it done below)
+        # before reading the rows, as a dispatcher would (reconcile.rebuild).
+        claimed = self._claim_lost(client)
         # Rows first: anything indexed after this read is found below.
         scheduled: dict[tuple[str, int], list[DelayedTask]] = defaultdict(list)
         for row in (
@@ -318,6 +322,10 @@ class Sweeper:
                     running.get((queue, shard), []),
                 )
                 result.add(repair_shard(window, rows))
+                if (queue, shard) in claimed:
+                    # False if the claim expired during a long pass: the
+                    # next move sees the marker gone and rebuilds again.
+                    epochs.mark_rebuilt(client, rows.keys, self.token)
             except RedisUnavailable as exc:
                 if not self.settings.cluster:
                     raise  # one Redis: every other shard fails the same way
@@ -333,6 +341,21 @@ class Sweeper:
             answers.answer()
         # No node answered: the pass failed as a whole.
         answers.raise_if_none_answered()
+
+    def _claim_lost(self, client: Client) -> set[tuple[str, int]]:
+        """The configured shards whose index marker was gone, now claimed
+        by this pass (see :mod:`django_delayq.store.epochs`)."""
+        claimed = set()
+        for queue, shard in sorted(self._configured_shards()):
+            keys = shard_keys(self.settings.key_prefix, queue, shard)
+            try:
+                if epochs.claim(client, keys, self.token):
+                    claimed.add((queue, shard))
+            except RedisUnavailable:
+                if not self.settings.cluster:
+                    raise
+                # Its node is failing over: the shard's repair below says so.
+        return claimed
 
     def _configured_shards(self) -> set[tuple[str, int]]:
         return {

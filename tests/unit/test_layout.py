@@ -72,7 +72,7 @@ FOLDER_LIMIT = 12
 #: Folders allowed more, and why.
 LARGER_FOLDERS = {
     "django_delayq/store": (
-        16,
+        17,
         "one module per kind of key (due-sets, streams, leases, wake lists...) "
         "and per concern of the connection: each is what a loop asks of Redis",
     ),
@@ -98,6 +98,12 @@ FORBIDDEN = {
         "django_delayq.supervisor",
     ),
     "django_delayq.supervisor": ("django_delayq.dispatcher", "django_delayq.sweeper"),
+    "django_delayq.reconcile": (
+        "django_delayq.worker",
+        "django_delayq.dispatcher",
+        "django_delayq.sweeper",
+        "django_delayq.supervisor",
+    ),
 }
 
 #: The only modules that import redis-py: the store, and the exception that

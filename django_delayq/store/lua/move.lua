@@ -12,17 +12,24 @@
 -- KEYS[5]  ready     STREAM of the normal band, likewise
 -- KEYS[6]  ready:lo  STREAM of the low band, likewise
 -- KEYS[7]  lease     STRING holding the token of the dispatcher that owns the shard
+-- KEYS[8]  epoch     STRING, the shard's index marker (see store/epochs.py):
+--                    missing when Redis lost the shard's keys since its index
+--                    was last rebuilt from the rows
 -- ARGV[1]  the caller's lease token (the fence: a dispatcher whose lease was
 --          taken over moves nothing)
 -- ARGV[2]  the most members to take out of the due-sets in this call
 --
--- Returns  {moved, head, now, now_us}
+-- Returns  {moved, head, now, now_us, marked}
 --          moved:  ids moved, or -1 when the caller does not hold the lease
 --          head:   score of the earliest member left in the due-sets, or -1
 --                  if none
 --          now:    Redis' clock in epoch ms (one clock for every dispatcher)
 --          now_us: the microseconds past ``now``, so that the caller can time
 --                  the head's due moment to better than a millisecond
+--          marked: 1 if the shard's index marker exists, 0 if it is gone (a
+--                  FLUSHALL, a restart without persistence): the caller
+--                  rebuilds the index. Looked at before the lease, which the
+--                  same loss takes away.
 --
 -- Due means score <= now by Redis' TIME, so dispatchers on hosts with skewed
 -- clocks agree. Pop and push happen in this one script: a crash can never
@@ -39,9 +46,10 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[2]) % 1000
+local marked = redis.call('EXISTS', KEYS[8])
 
 if redis.call('GET', KEYS[7]) ~= ARGV[1] then
-  return {-1, -1, now, now_us}
+  return {-1, -1, now, now_us, marked}
 end
 
 -- Commands over a list go by chunks: unpack() of thousands of values
@@ -157,4 +165,4 @@ for b = 1, 3 do
     head = tonumber(first[2])
   end
 end
-return {moved, head, now, now_us}
+return {moved, head, now, now_us, marked}

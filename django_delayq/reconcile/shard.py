@@ -1,5 +1,6 @@
-"""Repairs of one shard in a sweep pass: lost tasks indexed again, wrong
-scores corrected, ghosts removed, stuck running tasks recovered.
+"""Repairs of one shard, in a sweep pass or a rebuild after a loss: lost
+tasks indexed again, wrong scores corrected, ghosts removed, stuck running
+tasks recovered.
 
 On a Redis Cluster each shard is one slot, so a node that fails fails its
 shards only; :class:`~django_delayq.sweeper.Sweeper` goes on with the others.
@@ -75,11 +76,16 @@ class Repairs:
             self.oldest_lost = lost
 
 
-def repair_shard(window: Window, shard: ShardRows) -> Repairs:
-    """Reconcile one shard's rows with its due-sets and ready streams."""
-    db, client, keys = window.db, window.client, shard.keys
-    rows = shard.scheduled
+def repair_shard(
+    window: Window, shard: ShardRows, *, replace_broken: bool = True
+) -> Repairs:
+    """Reconcile one shard's rows with its due-sets and ready streams; with
+    ``replace_broken``, first replace its keys of a wrong type (else such a
+    key fails the repair with ``WRONGTYPE``)."""
+    client, keys = window.client, shard.keys
     result = Repairs()
+    if not replace_broken:
+        return _reconcile(window, shard, result)
     # A key of another type (set by hand?) fails every command on it:
     # replace it first, and what it indexed is indexed again below.
     result.replaced += broken.replace_wrong_types(
@@ -91,6 +97,12 @@ def repair_shard(window: Window, shard: ShardRows) -> Repairs:
             keys.dead: "stream",
         },
     )
+    return _reconcile(window, shard, result)
+
+
+def _reconcile(window: Window, shard: ShardRows, result: Repairs) -> Repairs:
+    db, client, keys = window.db, window.client, shard.keys
+    rows = shard.scheduled
     scores = inspect.due_scores(client, keys, [row.pk for row in rows])
     # An id in any band's stream is on its way to a worker: indexing it
     # again would run it twice.

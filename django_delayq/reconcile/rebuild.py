@@ -1,0 +1,136 @@
+"""Rebuilding shards' indexes at once after Redis lost data, from whichever
+loop noticed (a dispatcher, on the reply of a move; see
+:mod:`django_delayq.store.epochs` for the signals), rather than at the
+sweeper's next pass.
+
+Each shard is claimed first, so that of several processes noticing the same
+loss one rebuilds each shard and the others go on (no thundering herd on
+the database). Claimed before the rows are read: a task indexed and lost
+before the claim is among the rows read after it. The rebuild is the
+sweeper's reconciliation (:func:`~.shard.repair_shard`) of its
+moving window, the stuck-work recovery left to the sweeper: soonest first,
+the rows due within :data:`SOON` over every claimed shard, then the rest of
+the window. Only rows due within ``RECONCILE_HORIZON`` are read, so the
+cost does not grow with a far-future backlog, which the sweeper's moving
+window indexes as it comes due.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from functools import reduce
+from operator import or_
+
+from django.db import router
+from django.db.models import Q
+from django.utils import timezone
+
+from ..conf import get_settings
+from ..exceptions import RedisUnavailable
+from ..models import DelayedTask, Status
+from ..store import epochs
+from ..store.connection import Client
+from ..store.errors import error_text
+from ..store.keys import ShardKeys
+from .shard import Repairs, ShardRows, Window, repair_shard
+
+logger = logging.getLogger(__name__)
+
+#: Rows per query batch.
+BATCH = 1000
+
+#: Seconds ahead whose tasks every claimed shard gets back before the rest
+#: of any shard's window.
+SOON = 30.0
+
+
+def rebuild(
+    client: Client, shards: Sequence[ShardKeys], token: str, *, force: bool
+) -> tuple[list[ShardKeys], Repairs]:
+    """Claim and rebuild the index of those of ``shards`` that lost data
+    (``force``: whose Redis restarted; see :func:`~.store.epochs.claim`);
+    the shards rebuilt, and what was repaired.
+
+    Raises ``RedisUnavailable`` or ``DatabaseError`` if a rebuild could not
+    be finished: the claims of the shards left expire, and the next move on
+    them sees the loss again.
+    """
+    claimed = [
+        keys for keys in shards if epochs.claim(client, keys, token, force=force)
+    ]
+    result = Repairs()
+    if not claimed:
+        return [], result
+    settings = get_settings()
+    db = router.db_for_write(DelayedTask)
+    now = timezone.now()
+    horizon = now + datetime.timedelta(seconds=settings.reconcile_horizon)
+    soon = min(now + datetime.timedelta(seconds=SOON), horizon)
+    for until in dict.fromkeys((soon, horizon)):
+        rows = _scheduled(db, claimed, until)
+        window = Window(db, client, now, until)
+        # The shard whose next task is due first goes first.
+        for keys in sorted(claimed, key=lambda k: _first_due(rows, k, until)):
+            scheduled = rows.get((keys.queue, keys.shard), [])
+            try:
+                # A key of a wrong type is left to the sweeper, which
+                # replaces it (see store.broken); so is the shard.
+                result.add(
+                    repair_shard(
+                        window, ShardRows(keys, scheduled, []), replace_broken=False
+                    )
+                )
+            except RedisUnavailable as exc:
+                if exc.unreachable:
+                    raise
+                logger.error(
+                    "shard %s:%d: its index could not be rebuilt (%s); left to "
+                    "the sweeper",
+                    keys.queue,
+                    keys.shard,
+                    error_text(exc),
+                )
+    for keys in claimed:
+        if not epochs.mark_rebuilt(client, keys, token):
+            # Lost again meanwhile, or taken over: the next move sees it.
+            logger.warning(
+                "shard %s:%d: its Redis lost data again while its index was "
+                "being rebuilt (or another process took the rebuild over)",
+                keys.queue,
+                keys.shard,
+            )
+    return claimed, result
+
+
+def _scheduled(
+    db: str, shards: Sequence[ShardKeys], until: datetime.datetime
+) -> dict[tuple[str, int], list[DelayedTask]]:
+    """The shards' scheduled rows due by ``until``, the most overdue first."""
+    by_queue: dict[str, list[int]] = defaultdict(list)
+    for keys in shards:
+        by_queue[keys.queue].append(keys.shard)
+    where = reduce(
+        or_, (Q(queue=queue, shard__in=numbers) for queue, numbers in by_queue.items())
+    )
+    rows: dict[tuple[str, int], list[DelayedTask]] = defaultdict(list)
+    for row in (
+        DelayedTask.objects.using(db)
+        .filter(where, status=Status.SCHEDULED, run_at__lte=until)
+        .only("id", "queue", "shard", "run_at", "status", "attempts", "priority")
+        .order_by("run_at")
+        .iterator(chunk_size=BATCH)
+    ):
+        rows[row.queue, row.shard].append(row)
+    return rows
+
+
+def _first_due(
+    rows: dict[tuple[str, int], list[DelayedTask]],
+    keys: ShardKeys,
+    until: datetime.datetime,
+) -> datetime.datetime:
+    shard_rows = rows.get((keys.queue, keys.shard))
+    return shard_rows[0].run_at if shard_rows else until
