@@ -182,6 +182,8 @@ NOT_SENT = {
     "cluster|slots": "sent by redis-py's cluster client to learn the slots",
     "config": "what the deploy checks read (CONFIG GET), outside the ACL",
     "flushall": "a fault the sweeper repairs",
+    "flushdb": "a data loss the dispatcher notices (the epoch marker gone)",
+    "script|flush": "an operator's command that looks like a restart",
     "multi": "pipelines are not MULTI transactions",
     "script": "never sent: a missing script is sent again with EVAL",
     "acl|setuser": "the operator creates the user",
