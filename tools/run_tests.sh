@@ -180,7 +180,8 @@ if [[ -n $faults_leg ]]; then
     for db in $dbs; do
         if [[ $db == "$last_db" ]]; then
             run_pytest "$faults_leg" "$db" "faults-$faults_leg" tests/faults \
-                tests/upgrade "${PROCESS_TESTS[@]}" "${pytest_args[@]}"
+                tests/upgrade "${PROCESS_TESTS[@]}" --durations=15 \
+                "${pytest_args[@]}"
         else
             # The fault scenarios run once, against the last database (the
             # production one); the upgrade test against each.
