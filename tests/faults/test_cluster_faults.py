@@ -239,12 +239,19 @@ def test_a_cluster_primary_killed_under_load(cluster_rig: ClusterRig) -> None:
     assert all(t.started_at < failed_over_at for t in started), [
         (t.shard, t.started_at, failed_over_at) for t in started
     ]
-    # Each command said when Redis was back: the dispatcher, and the readers
-    # of the shards the dead primary served.
+    # Each command says when Redis is back: the dispatcher, and the readers
+    # of the shards the dead primary served. The tasks may all have run
+    # before a worker's readers of those shards retried (the other worker
+    # read them): wait for the lines themselves.
     dispatcher, *workers = procs
-    assert "Redis answers again, after" in dispatcher.log()
-    for worker in workers:
-        assert "reading again, after" in worker.log(), worker.tail()
+    for proc, line in [(dispatcher, "Redis answers again, after")] + [
+        (worker, "reading again, after") for worker in workers
+    ]:
+        wait_for(
+            lambda proc=proc, line=line: line in proc.log(),
+            30,
+            f"{proc.label} to log {line!r}",
+        )
 
 
 def test_slots_migrate_while_tasks_flow(cluster_rig: ClusterRig) -> None:

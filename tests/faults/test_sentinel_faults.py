@@ -34,6 +34,7 @@ from tests.faults.harness import (
 )
 from tests.faults.invariants import Expect, check
 from tests.testapp.tasks import add
+from tools.procs import wait_for
 from tools.servers.sentinel import SERVICE, SentinelSet
 
 pytestmark = [
@@ -164,11 +165,18 @@ def test_the_sentinel_primary_killed_under_load(sentinel_rig: SentinelRig) -> No
         sweep_totals(sweeper),
         dispatcher.tail(),
     )
-    # Each command said when Redis was back.
-    assert "dispatcher: Redis answers again, after" in dispatcher.log()
-    assert "sweep: Redis and the database answer again, after" in sweeper.log()
-    for worker in workers:
-        assert "working again, after" in worker.log(), worker.tail()
+    # Each command says when Redis is back (the tasks may all have run
+    # before one of them retried: wait for the lines themselves).
+    expected = [
+        (dispatcher, "dispatcher: Redis answers again, after"),
+        (sweeper, "sweep: Redis and the database answer again, after"),
+    ] + [(worker, "working again, after") for worker in workers]
+    for proc, line in expected:
+        wait_for(
+            lambda proc=proc, line=line: line in proc.log(),
+            30,
+            f"{proc.label} to log {line!r}",
+        )
 
 
 def test_the_old_sentinel_primary_comes_back_with_stale_data(
