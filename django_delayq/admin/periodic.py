@@ -265,6 +265,8 @@ class PeriodicScheduleAdmin(ReadOnlyAdmin):
         tick = shown.schedule.next_tick(shown.now)
         if tick is None:
             return _("none")
+        if timezone.is_naive(shown.now):  # USE_TZ = False: local, as Django's
+            tick = timezone.make_naive(tick)
         return format_html(
             '{}<br><span class="delayq-quiet">{}</span>',
             display.timestamp(tick),

@@ -11,7 +11,6 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, ParamSpec, TypeVar
 
-from django.utils import timezone as django_timezone
 from django.utils.module_loading import import_string
 
 from .. import registry
@@ -68,7 +67,7 @@ class PeriodicTask(registry.Task[P, R]):
             tick = kwargs.get("tick")
             kwargs = {
                 **kwargs,
-                "tick": django_timezone.now()
+                "tick": datetime.datetime.now(datetime.UTC)
                 if tick is None
                 else parse_tick(tick)
                 if isinstance(tick, str)

@@ -29,6 +29,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -86,8 +87,9 @@ def plan(now: datetime.datetime | None = None) -> PlanResult:
     now = _aware(timezone.now() if now is None else now)
     rows = {row.name: row for row in PeriodicSchedule.objects.all()}
     _create_missing(schedules, rows, now)
+    names = {schedule.name for schedule in schedules}
     for name, row in rows.items():
-        if row.removed_at is None and name not in {s.name for s in schedules}:
+        if row.removed_at is None and name not in names:
             _retire(row, now, result)
     refill: list[tuple[Schedule, PeriodicSchedule]] = []
     for schedule in schedules:
@@ -150,7 +152,7 @@ def _refill(
     result.planned += sum(len(ticks) for _, ticks in plans)
     for _, row in chunk:
         if row.name in won:
-            row.planned_through = horizon
+            row.planned_through = _db(horizon)
 
 
 def _advance_many(rows: list[PeriodicSchedule], horizon: datetime.datetime) -> set[str]:
@@ -169,13 +171,13 @@ def _advance_many(rows: list[PeriodicSchedule], horizon: datetime.datetime) -> s
     for start, names in groups.items():
         moved += PeriodicSchedule.objects.filter(
             name__in=names, planned_through=start, paused=False, removed_at=None
-        ).update(planned_through=horizon)
+        ).update(planned_through=_db(horizon))
     names = [row.name for row in rows]
     if moved == len(names):
         return set(names)
     return set(
         PeriodicSchedule.objects.filter(
-            name__in=names, planned_through=horizon
+            name__in=names, planned_through=_db(horizon)
         ).values_list("name", flat=True)
     )
 
@@ -188,7 +190,7 @@ def _create_missing(
     """Rows for schedules seen for the first time, planned through now: a
     new schedule starts with its next tick, it has missed nothing."""
     new = [
-        PeriodicSchedule(name=s.name, definition=s.definition, planned_through=now)
+        PeriodicSchedule(name=s.name, definition=s.definition, planned_through=_db(now))
         for s in schedules
         if s.name not in rows
     ]
@@ -216,7 +218,7 @@ def _plan_one(
         ahead = schedule.ticks_after(missed_by, horizon, MAX_TICKS_PER_ROUND)
         _write([(schedule, ticks + ahead)])
         result.planned += len(ahead)
-    row.planned_through = horizon
+    row.planned_through = _db(horizon)
 
 
 def _advance(
@@ -231,7 +233,7 @@ def _advance(
             definition=row.definition,
             paused=False,
             removed_at=None,
-        ).update(planned_through=horizon)
+        ).update(planned_through=_db(horizon))
         == 1
     )
 
@@ -249,7 +251,7 @@ def _catch_up(
     unplanned = [t for t in schedule.ticks_until(now, MAX_CATCH_UP) if t > start]
     overdue = list(
         _ticks_of(schedule.name)
-        .filter(status=Status.SCHEDULED, run_at__lte=now)
+        .filter(status=Status.SCHEDULED, run_at__lte=_db(now))
         .order_by("run_at")
     )
     missed = len(unplanned) + len(overdue)
@@ -345,12 +347,15 @@ def _restart(
             definition=row.definition,
             planned_through=row.planned_through,
             removed_at=row.removed_at,
-        ).update(definition=schedule.definition, planned_through=now, removed_at=None)
+        ).update(
+            definition=schedule.definition, planned_through=_db(now), removed_at=None
+        )
         if not updated:
             return False
         cancelled = _cancel(_future_ticks(schedule.name, now))
     was, was_removed = row.definition, row.removed_at is not None
-    row.definition, row.planned_through, row.removed_at = schedule.definition, now, None
+    row.definition, row.planned_through = schedule.definition, _db(now)
+    row.removed_at = None
     logger.warning(
         "periodic schedule %s is now %s (was %s%s); %d tick(s) of the old "
         "definition not yet due were cancelled",
@@ -369,7 +374,7 @@ def _retire(row: PeriodicSchedule, now: datetime.datetime, result: PlanResult) -
     with transaction.atomic():
         updated = PeriodicSchedule.objects.filter(
             name=row.name, removed_at=None
-        ).update(removed_at=now)
+        ).update(removed_at=_db(now))
         if not updated:
             return
         cancelled = _cancel(_future_ticks(row.name, now))
@@ -389,7 +394,7 @@ def _ticks_of(name: str) -> QuerySet[DelayedTask]:
 
 
 def _future_ticks(name: str, now: datetime.datetime) -> list[DelayedTask]:
-    return list(_ticks_of(name).filter(run_at__gt=now))
+    return list(_ticks_of(name).filter(run_at__gt=_db(now)))
 
 
 def _cancel(tasks: Iterable[DelayedTask]) -> int:
@@ -426,7 +431,7 @@ def pause(name: str) -> int:
         if row.paused:
             return 0
         PeriodicSchedule.objects.filter(name=name).update(paused=True, paused_at=now)
-        cancelled = _cancel(_future_ticks(name, _aware(now)))
+        cancelled = _cancel(_future_ticks(name, now))
     logger.warning(
         "periodic schedule %s paused; %d tick(s) not yet due cancelled", name, cancelled
     )
@@ -450,3 +455,11 @@ def resume(name: str) -> bool:
         )
     logger.warning("periodic schedule %s resumed", name)
     return True
+
+
+def _db(value: datetime.datetime) -> datetime.datetime:
+    """A moment as the database takes it: aware with USE_TZ, naive local
+    time without (as Django stores it then)."""
+    if settings.USE_TZ:
+        return timezone.make_aware(value) if timezone.is_naive(value) else value
+    return timezone.make_naive(value) if timezone.is_aware(value) else value

@@ -86,6 +86,7 @@ class Schedule:
         self, start: datetime.datetime, end: datetime.datetime, limit: int
     ) -> list[datetime.datetime]:
         """The first ``limit`` ticks after ``start``, up to ``end`` included, in UTC."""
+        start, end = _utc(start), _utc(end)
         if self.every is not None:
             period = _micros(self.every)
             first = _micros(start - _EPOCH) // period + 1
@@ -108,6 +109,7 @@ class Schedule:
         self, moment: datetime.datetime, count: int
     ) -> list[datetime.datetime]:
         """The last ``count`` ticks at or before ``moment``, oldest first, in UTC."""
+        moment = _utc(moment)
         if self.every is not None:
             period = _micros(self.every)
             last = _micros(moment - _EPOCH) // period
@@ -143,6 +145,16 @@ def parse_tick(text: str) -> datetime.datetime:
     return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
         tzinfo=datetime.UTC
     )
+
+
+def _utc(value: datetime.datetime) -> datetime.datetime:
+    """``value`` in UTC; a naive one is in the current time zone, as Django
+    reads it with ``USE_TZ = False``."""
+    if value.tzinfo is None:
+        from django.utils import timezone
+
+        value = timezone.make_aware(value)
+    return value.astimezone(datetime.UTC)
 
 
 def _micros(delta: datetime.timedelta) -> int:

@@ -196,3 +196,19 @@ def test_pause_and_resume_need_their_permission(
         "pause are skipped. 1 was not paused."
     ) in html.unescape(answer.content.decode())
     assert not PeriodicSchedule.objects.get(name="close-carts").paused
+
+
+def test_the_list_without_time_zone_support(admin_client, redis_client, settings):
+    """USE_TZ = False: the rows hold naive local times; the list shows them."""
+    settings.USE_TZ = False
+    settings.TIME_ZONE = "Europe/Berlin"
+    with declared_schedule(
+        "close-carts", count_run, every=datetime.timedelta(seconds=30)
+    ):
+        plan()
+        page = admin_client.get(reverse(LIST))
+        assert page.status_code == 200
+        carts = row_text(page, "close-carts")
+        # Local time (Berlin), as Django shows naive times.
+        assert re.search(r"\d\d:\d\d:(00|30) in \d+ s", carts), carts
+        assert " no " in f"{carts} "  # not behind

@@ -248,3 +248,31 @@ def test_a_slow_planner_writes_late_ticks_it_does_not_skip_them(declare, caplog)
     assert times(ticks(status=Status.SCHEDULED)) == [
         f"10:00:{n:02d}" for n in range(1, 14)
     ]
+
+
+def test_without_time_zone_support_the_ticks_are_stored_in_local_time(
+    declare, settings, caplog
+):
+    """USE_TZ = False: Django stores naive local times, and so do the
+    schedule's row and its ticks."""
+    settings.USE_TZ = False
+    settings.TIME_ZONE = "Europe/Berlin"
+    declare(every=datetime.timedelta(seconds=1))
+    plan(now=T0)
+    rows = ticks()
+    # 10:00:01 UTC is 11:00:01 in Berlin in November.
+    assert times(rows) == ["11:00:01", "11:00:02", "11:00:03", "11:00:04", "11:00:05"]
+    assert rows[0].kwargs == {"tick": "2026-11-26T10:00:01.000000Z"}
+    row = PeriodicSchedule.objects.get(name="ticks")
+    assert timezone.is_naive(row.planned_through)
+    plan(now=T0 + LOOKAHEAD / 2 + SECOND)
+    assert len(ticks()) == 8
+    with caplog.at_level(logging.WARNING, logger="django_delayq"):
+        plan(now=T0 + datetime.timedelta(minutes=5))  # a catch-up
+    assert "missed while nothing kept it" in caplog.text
+    assert pause("ticks") >= 0
+    assert resume("ticks")
+    forget("ticks")
+    unregister("ticks")
+    plan(now=T0 + datetime.timedelta(minutes=6))  # retired
+    assert PeriodicSchedule.objects.get(name="ticks").removed_at is not None
