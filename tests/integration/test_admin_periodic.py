@@ -75,10 +75,16 @@ def test_the_list_shows_when_each_schedule_ticks_and_its_last_outcome(
     admin_client, redis_client, two_schedules
 ):
     tick = last_tick(two_schedules, Status.FAILED)
+    # The tick planned a few seconds ahead may fall due while the page is
+    # made, and be the last one shown: only the failed one stays.
+    DelayedTask.objects.filter(
+        key__startswith="periodic:close-carts@", run_at__gt=tick.run_at
+    ).delete()
     page = admin_client.get(reverse(LIST))
     carts = row_text(page, "close-carts")
     assert "every 30 s catch up: latest" in carts
-    assert re.search(r"\d\d:\d\d:(00|30) \w+ in \d+ s", carts), carts
+    # "due now" when the page falls in the moment before a tick.
+    assert re.search(r"\d\d:\d\d:(00|30) \w+ (in \d+ s|due now)", carts), carts
     assert "Failed" in carts
     assert " no " in f"{carts} "  # not behind
     tick_url = reverse("admin:django_delayq_delayedtask_change", args=[tick.pk])
@@ -210,5 +216,5 @@ def test_the_list_without_time_zone_support(admin_client, redis_client, settings
         assert page.status_code == 200
         carts = row_text(page, "close-carts")
         # Local time (Berlin), as Django shows naive times.
-        assert re.search(r"\d\d:\d\d:(00|30) in \d+ s", carts), carts
+        assert re.search(r"\d\d:\d\d:(00|30) (in \d+ s|due now)", carts), carts
         assert " no " in f"{carts} "  # not behind
