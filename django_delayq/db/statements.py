@@ -88,12 +88,14 @@ def claim_due(
     moment = prep("started_at", now, connection)
     if connection.vendor == "postgresql":
         sql = _cached(connection, ("claim",), lambda: _claim_sql_pg(connection))
+        ids = [prep("id", task_id, connection) for task_id, _ in claims]
         pg_params = [
             "running",
             moment,
             worker,
-            [prep("id", task_id, connection) for task_id, _ in claims],
             [entry for _, entry in claims],
+            ids,
+            ids,
             "scheduled",
             moment,
         ]
@@ -156,15 +158,33 @@ def _claim_sql_pg(connection: Any) -> str:
     )
     # Two entries may deliver one task: the row is updated once, with one of
     # them, and the caller reads which from the returned claim_entry.
+    # The rows are found by primary key alone, and each one's entry is looked
+    # up in the array rather than joined (see _unindexed).
     return (
         f"UPDATE {_table(connection)} AS t SET {status} = %s, "
         f"{attempts} = t.{attempts} + 1, {started_at} = %s, "
         f"{workers} = t.{workers} || jsonb_build_array(%s::text), "
-        f"{claim_entry} = v.entry "
-        f"FROM unnest(%s::uuid[], %s::text[]) AS v(id, entry) "
-        f"WHERE t.{pk} = v.id AND t.{status} = %s AND t.{run_at} <= %s "
+        f"{claim_entry} = (%s::text[])[array_position(%s::uuid[], t.{pk})] "
+        f"WHERE t.{pk} = ANY(%s::uuid[]) "
+        f"AND {_unindexed(f't.{status} = %s AND t.{run_at} <= %s')} "
         f"RETURNING {_returning(connection, 't')}"
     )
+
+
+def _unindexed(condition: str) -> str:
+    """``condition`` in a form no index can serve, for statements that name
+    their rows by primary key: the planner then reads them by it.
+
+    Otherwise statistics taken while the table was small (a new deployment,
+    a table that grew since autovacuum's last ANALYZE) lead PostgreSQL to
+    read every scheduled row through the status index for each claim,
+    joined to the claimed ids: 29 ms to claim 39 tasks among 200,000
+    scheduled, 340 ms for 500, instead of 1 ms and 6 ms. ``IS TRUE`` changes
+    nothing else (the columns are never NULL), and a row updated meanwhile
+    is checked against it again, as against any condition on the updated
+    table.
+    """
+    return f"({condition}) IS TRUE"
 
 
 def update_attempt(
@@ -237,15 +257,17 @@ def _succeed_many_pg(
     successes: Sequence[tuple[Any, int, str, Any, Any]], now: Any, connection: Any
 ) -> int:
     sql = _cached(connection, ("succeed",), lambda: _succeed_sql_pg(connection))
+    ids = [task_id for task_id, *_ in successes]
     params = [
         "succeeded",
         now,
-        [task_id for task_id, *_ in successes],
+        ids,
         [attempt for _, attempt, *_ in successes],
         [claim_entry for _, _, claim_entry, *_ in successes],
         [started for *_, started, _ in successes],
         # As JSON text, cast back to jsonb by the statement; None is NULL.
         [None if result is None else encode_json(result) for *_, result in successes],
+        ids,
         "running",
     ]
     with connection.cursor() as cursor:
@@ -266,8 +288,9 @@ def _succeed_sql_pg(connection: Any) -> str:
         f"{column('last_traceback', connection)} = '' "
         f"FROM unnest(%s::uuid[], %s::integer[], %s::text[], %s::timestamptz[], "
         f"%s::text[]) AS v(id, attempts, entry, started, result) "
-        f"WHERE t.{pk} = v.id AND t.{attempts} = v.attempts "
-        f"AND t.{claim_entry} = v.entry AND t.{status} = %s"
+        f"WHERE t.{pk} = ANY(%s::uuid[]) AND t.{pk} = v.id "
+        f"AND t.{attempts} = v.attempts AND t.{claim_entry} = v.entry "
+        f"AND {_unindexed(f't.{status} = %s')}"
     )
 
 
