@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -28,7 +28,7 @@ from django.utils import timezone
 from . import registry, signals, transitions
 from .changes import acancel, areschedule, aretry, cancel, reschedule, retry
 from .conf import get_settings
-from .db.inserts import insert_rows, new_row
+from .db.inserts import insert_rows, new_row, plain_rows
 from .exceptions import DuplicateTask, InvalidArgument
 from .ids import shard_of, uuid7
 from .lookups import Lookup, matching, write_alias, written
@@ -147,15 +147,14 @@ def schedule_many(
     """
     tasks = []
     seen_keys: dict[str, int] = {}
-    now = timezone.now()
-    targets: dict[tuple[Any, ...], _Target] = {}
+    memo = _Memo(timezone.now())
     for position, call in enumerate(calls):
         if not isinstance(call, Call):
             raise TypeError(
                 f"schedule_many() takes Call objects; item {position} is a "
                 f"{type(call).__name__}."
             )
-        task = _prepare(call, now, targets, position)
+        task = _prepare(call, memo, position)
         if task.key is not None:
             if task.key in seen_keys:
                 raise DuplicateTask(
@@ -209,45 +208,51 @@ def _target(call: Call) -> _Target:
     )
 
 
+@dataclass
+class _Memo:
+    """What the calls of one ``schedule_many()`` share, worked out once.
+
+    ``now``: every delay counts from the same instant, and the clock is
+    read once. ``targets``: a batch of calls to the same task resolves the
+    task, queue and attempts once. ``run_at``: calls with the same delay
+    get the same ``run_at``, checked and rounded once. ``plain_rows``:
+    whether rows may be built without ``Model.__init__`` (see ``new_row``).
+    ``max_payload_bytes``: the setting, read once.
+    """
+
+    now: datetime.datetime
+    targets: dict[tuple[Any, ...], _Target] = field(default_factory=dict)
+    run_at: dict[tuple[type, Any], datetime.datetime] = field(default_factory=dict)
+    plain_rows: bool = field(default_factory=plain_rows)
+    max_payload_bytes: int = field(
+        default_factory=lambda: get_settings().max_payload_bytes
+    )
+
+
 def _prepare(
-    call: Call,
-    now: datetime.datetime | None = None,
-    targets: dict[tuple[Any, ...], _Target] | None = None,
-    position: int | None = None,
+    call: Call, memo: _Memo | None = None, position: int | None = None
 ) -> DelayedTask:
     """Validate one call and return its unsaved row (no I/O).
 
-    ``schedule_many()`` passes one ``now`` for the whole batch (every delay
-    counts from the same instant, and the clock is read once) and a
-    ``targets`` cache, so that a batch of calls to the same task resolves the
-    task, queue and attempts once, and the call's ``position`` in the batch,
-    which an error names.
+    ``schedule_many()`` passes what its calls share (``memo``) and the
+    call's ``position`` in the batch, which an error names.
     """
-    if targets is None:
+    if memo is None:
         target = _target(call)
-    else:
-        # Only hashable, well-typed lookups are cached; anything else takes
-        # the checked path and gets its precise error there.
-        cacheable = (
-            isinstance(call.task, registry.Task | str)
-            and isinstance(call.queue, str | None)
-            and isinstance(call.max_attempts, int | None)
-            and isinstance(call.priority, int | None)
-            and not isinstance(call.priority, bool)  # True == 1 as a key
-        )
-        cache_key = (call.task, call.queue, call.max_attempts, call.priority)
-        found = targets.get(cache_key) if cacheable else None
-        if found is None:
-            found = _target(call)
-            if cacheable:
-                targets[cache_key] = found
-        target = found
-    if now is None:
         now = timezone.now()
-    run_at = resolve_run_at(call.delay, call.eta, now=now)
+        run_at = resolve_run_at(call.delay, call.eta, now=now)
+    else:
+        now = memo.now
+        target = _cached_target(call, memo.targets)
+        run_at = _cached_run_at(call, memo)
     args, kwargs = check_payload(
-        call.args, call.kwargs, max_bytes=get_settings().max_payload_bytes
+        call.args,
+        call.kwargs,
+        max_bytes=(
+            get_settings().max_payload_bytes if memo is None else memo.max_payload_bytes
+        ),
     )
+
     # Bound as they are stored, as the worker will bind them: a call that
     # cannot work is refused now, not when it is due.
     problem = target.task.argument_problem(args, kwargs)
@@ -287,8 +292,40 @@ def _prepare(
             "result": None,
             "last_error": "",
             "last_traceback": "",
-        }
+        },
+        plain=None if memo is None else memo.plain_rows,
     )
+
+
+def _cached_target(call: Call, targets: dict[tuple[Any, ...], _Target]) -> _Target:
+    # Only hashable, well-typed lookups are cached; anything else takes the
+    # checked path and gets its precise error there.
+    cacheable = (
+        isinstance(call.task, registry.Task | str)
+        and isinstance(call.queue, str | None)
+        and isinstance(call.max_attempts, int | None)
+        and isinstance(call.priority, int | None)
+        and not isinstance(call.priority, bool)  # True == 1 as a key
+    )
+    cache_key = (call.task, call.queue, call.max_attempts, call.priority)
+    found = targets.get(cache_key) if cacheable else None
+    if found is None:
+        found = _target(call)
+        if cacheable:
+            targets[cache_key] = found
+    return found
+
+
+def _cached_run_at(call: Call, memo: _Memo) -> datetime.datetime:
+    # A delay of a plain number, with no eta, is cached under its type too:
+    # 1 and 1.0 are one key otherwise, and True (refused) must be checked.
+    if call.eta is not None or type(call.delay) not in (int, float):
+        return resolve_run_at(call.delay, call.eta, now=memo.now)
+    cache_key = (type(call.delay), call.delay)
+    run_at = memo.run_at.get(cache_key)
+    if run_at is None:
+        run_at = memo.run_at[cache_key] = resolve_run_at(call.delay, None, now=memo.now)
+    return run_at
 
 
 @contextlib.contextmanager

@@ -77,7 +77,10 @@ def check_payload(
             key=_jsonb_key_order,
         )
     )
-    budget.check(encoded_size(clean_args) + encoded_size(clean_kwargs))
+    # No kwargs is the common case: "{}", not worth encoding.
+    budget.check(
+        encoded_size(clean_args) + (encoded_size(clean_kwargs) if clean_kwargs else 2)
+    )
     return clean_args, clean_kwargs
 
 

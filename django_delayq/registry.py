@@ -37,6 +37,10 @@ R = TypeVar("R")
 MAX_NAME_LENGTH = 200
 
 
+#: Call shapes whose binding a task keeps (see Task.argument_problem).
+_SHAPES_KEPT = 32
+
+
 class Task(Generic[P, R]):
     """A registered task function and its options.
 
@@ -84,11 +88,31 @@ class Task(Generic[P, R]):
     def read_signature(self) -> inspect.Signature:
         return inspect.signature(self.func)
 
+    @functools.cached_property
+    def _problems(self) -> dict[tuple[int, tuple[str, ...]], str | None]:
+        return {}
+
     def argument_problem(
         self, args: Sequence[Any], kwargs: dict[str, Any]
     ) -> str | None:
         """Why ``args`` and ``kwargs`` cannot call the function, as Python
-        would say it; None if they fit its signature."""
+        would say it; None if they fit its signature.
+
+        Whether a call binds depends only on how many positional arguments
+        it passes and which keywords, so the answer is kept per such shape
+        (a few of them): ``schedule_many()`` of thousands of calls of one
+        shape binds once.
+        """
+        shape = (len(args), tuple(kwargs))
+        known = self._problems
+        if shape in known:
+            return known[shape]
+        problem = self._bind_problem(args, kwargs)
+        if len(known) < _SHAPES_KEPT:
+            known[shape] = problem
+        return problem
+
+    def _bind_problem(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
         signature = self.signature
         if signature is None:
             return None

@@ -39,15 +39,24 @@ def _attnames() -> tuple[str, ...]:
     return tuple(field.attname for field in DelayedTask._meta.concrete_fields)
 
 
-def new_row(values: dict[str, Any]) -> DelayedTask:
+def plain_rows() -> bool:
+    """Whether rows may be built without ``__init__``: nobody listens to
+    ``pre_init``/``post_init`` for the model."""
+    return not (
+        pre_init.has_listeners(DelayedTask) or post_init.has_listeners(DelayedTask)
+    )
+
+
+def new_row(values: dict[str, Any], *, plain: bool | None = None) -> DelayedTask:
     """Return an unsaved :class:`DelayedTask` with every field given in ``values``.
 
     ``values`` maps each concrete field's attname to its value. The model's
     fields are plain columns (no relations, no descriptors that act on
     assignment), so the instance ``__init__`` would build is exactly a fresh
-    ``ModelState`` plus these attributes.
+    ``ModelState`` plus these attributes. ``plain`` is :func:`plain_rows`,
+    if the caller asked it already (once for many rows).
     """
-    if pre_init.has_listeners(DelayedTask) or post_init.has_listeners(DelayedTask):
+    if not (plain_rows() if plain is None else plain):
         positional: list[Any] = [values[name] for name in _attnames()]
         return DelayedTask(*positional)  # type: ignore[misc]
     row = DelayedTask.__new__(DelayedTask)
@@ -98,6 +107,16 @@ def _copy(tasks: Sequence[DelayedTask], connection: Any) -> None:
                     values = task.__dict__
                     row = [values[name] for name in names]
                     for position in json_columns:
-                        if row[position] is not None:
-                            row[position] = encode_json(row[position])
+                        value = row[position]
+                        if value is not None:
+                            row[position] = _EMPTY_JSON.get(
+                                (type(value), len(value))
+                                if type(value) in (list, dict)
+                                else None
+                            ) or encode_json(value)
                     copy.write_row(row)
+
+
+#: The JSON of the empty values most rows hold (no kwargs, no workers yet),
+#: written without encoding each one.
+_EMPTY_JSON: dict[tuple[type, int] | None, str] = {(list, 0): "[]", (dict, 0): "{}"}

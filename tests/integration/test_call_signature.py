@@ -8,6 +8,7 @@ import pytest
 from django.db import transaction
 
 from django_delayq import Call, schedule, schedule_many
+from django_delayq.exceptions import InvalidSchedule
 from django_delayq.models import DelayedTask, OutboxEntry, Status
 from tests.helpers import drain, due_members, refresh
 from tests.testapp.models import Order
@@ -95,6 +96,41 @@ def test_schedule_many_names_the_call_that_does_not_fit_and_writes_nothing(
         "and kwargs= that fit it."
     )
     assert_nothing_written(redis_client)
+
+
+def test_each_shape_of_call_is_judged_on_its_own_in_a_long_batch(redis_client):
+    """A task's calls are bound once per shape (how many positional
+    arguments, which keywords): one that fits does not let a later call of
+    another shape through, nor does a refused one refuse a fitting call."""
+    fits = [Call(add, args=[i, i]) for i in range(50)]
+    schedule_many(fits)
+    with pytest.raises(
+        TypeError, match=r"item 50: .*add\(\) missing a required argument: 'b'"
+    ):
+        schedule_many([*fits, Call(add, args=[1])])
+    with pytest.raises(TypeError, match=r"item 1: .*unexpected keyword argument 'c'"):
+        schedule_many([Call(add, args=[1, 2]), Call(add, args=[1, 2], kwargs={"c": 3})])
+    with pytest.raises(TypeError):
+        schedule(add, args=[1])
+    assert len(schedule_many([Call(add, args=[1], kwargs={"b": 2}), *fits])) == 51
+    assert DelayedTask.objects.count() == 101
+
+
+def test_calls_with_the_same_delay_share_a_run_at_and_bad_delays_are_refused(
+    redis_client,
+):
+    tasks = schedule_many(
+        [Call(add, args=[i, i], delay=60) for i in range(3)]
+        + [Call(add, args=[9, 9], delay=60.0), Call(add, args=[8, 8], delay=61)]
+    )
+    assert len({task.run_at for task in tasks[:4]}) == 1
+    assert (tasks[4].run_at - tasks[0].run_at).total_seconds() == 1
+    for bad in (True, -1, float("nan")):
+        with pytest.raises(InvalidSchedule, match="delay="):
+            schedule_many(
+                [Call(add, args=[1, 1], delay=60), Call(add, args=[1, 1], delay=bad)]
+            )
+    assert DelayedTask.objects.count() == 5
 
 
 def test_arguments_that_fit_are_scheduled_as_before(redis_client):
