@@ -49,6 +49,7 @@ from benchmarks.peers.stores import (
     create_database,
     drop_database,
 )
+from benchmarks.peers.task import ROW_TABLE_SQL
 from tools.servers import PostgresServer, RedisServer
 
 logger = logging.getLogger(__name__)
@@ -209,6 +210,7 @@ def _run(
             stack.callback(shutil.rmtree, log_dir, ignore_errors=True)
         log_dir.mkdir(parents=True, exist_ok=True)
         measured = _store(stack, peer_class, opts, redis_binary_env, postgres_url)
+        row_url = _rows_database(stack, peer_class, opts, postgres_url)
         with redis_binary(redis_binary_env):
             recorder_server = stack.enter_context(RedisServer())
         recorder = Recorder(recorder_server.url)
@@ -216,7 +218,14 @@ def _run(
         peer = peer_class(measured.url, tuned=opts.tuned)
         stack.callback(peer.close)
         run = Run(
-            peer, measured, recorder, opts.workers, opts.time_limit_s, log_dir, errors
+            peer,
+            measured,
+            recorder,
+            opts.workers,
+            opts.time_limit_s,
+            log_dir,
+            errors,
+            row_url=row_url,
         )
         stack.callback(run.stop_workers)
         mode = "tuned" if opts.tuned else "defaults"
@@ -225,6 +234,7 @@ def _run(
         result["config"] = f"{mode}: {peer.config(opts.workers)}"
         if peer.bulk_batch:
             result["config"] += f"; bulk = {peer.bulk_label}"
+        result["config"] += "; the task writes one row"
         logger.info("%s %s: %s", name, mode, result["config"])
 
         result["schedule_per_s"] = _attempt(
@@ -260,6 +270,7 @@ def _run(
                     return
             else:
                 time.sleep(1.0)  # let the last acknowledgements land
+        result["rows_written"] = _rows_written(row_url)
         if _step(errors, "restart before memory", run.restart_clean):
             result[_BYTES_KEY[measured.kind]] = _attempt(
                 errors, "memory", lambda: run.memory_per_task(opts.memory_n), None
@@ -267,6 +278,38 @@ def _run(
 
 
 _BYTES_KEY = {"redis": "redis_bytes_per_task", "postgres": "db_bytes_per_task"}
+
+
+def _rows_database(
+    stack: contextlib.ExitStack,
+    peer_class: type[Peer],
+    opts: Options,
+    postgres_url: str | None,
+) -> str:
+    """A fresh database with the ``bench_row`` table the task writes to, on
+    the given PostgreSQL, or on a private one (a run without
+    ``postgres_url`` then starts one more server)."""
+    import psycopg
+
+    if postgres_url is None:
+        postgres_url = stack.enter_context(PostgresServer()).url
+    name = f"rows_{peer_class.name}_{'tuned' if opts.tuned else 'defaults'}"
+    name = name.replace("-", "_")
+    stack.callback(drop_database, postgres_url, name)
+    url = create_database(postgres_url, name)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(ROW_TABLE_SQL)
+    return url
+
+
+def _rows_written(url: str) -> int:
+    """The rows the tasks wrote so far: each task that started wrote one,
+    which a reader of the JSON can check against the started counts."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM bench_row").fetchone()
+    return int(row[0]) if row else 0
 
 
 def _store(

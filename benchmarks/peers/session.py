@@ -16,6 +16,7 @@ from benchmarks.peers.procs import Proc, stop_all
 from benchmarks.peers.recorder import RECORDER_URL_ENV, Recorder
 from benchmarks.peers.stats import completed_per_s, dedupe, summarise
 from benchmarks.peers.stores import Store
+from benchmarks.peers.task import ROW_URL_ENV
 
 # Far enough that nothing fires during a run, and under Celery's Redis
 # visibility_timeout (1 h), past which it would redeliver the task.
@@ -40,8 +41,11 @@ class Run:
         time_limit_s: float,
         log_dir: Path,
         errors: list[str],
+        row_url: str | None = None,
     ) -> None:
         self.peer = peer
+        #: the database the task writes its row to (None: no row)
+        self.row_url = row_url
         self.measured = measured
         self.recorder = recorder
         self.workers = workers
@@ -58,6 +62,7 @@ class Run:
             BROKER_URL_ENV: self.peer.broker_url,
             RECORDER_URL_ENV: self.recorder.url,
             TUNED_ENV: "1" if self.peer.tuned else "0",
+            **({ROW_URL_ENV: self.row_url} if self.row_url else {}),
             **self.peer.worker_env(),
         }
         for label, argv in self.peer.worker_commands(self.workers):

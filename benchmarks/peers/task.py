@@ -1,11 +1,16 @@
 """The benchmark task that every peer runs: :func:`record`.
 
-It takes the time first, then RPUSHes ``"<index> <due> <started>"`` to a list
-named after the scenario on the recorder, a redis-server of its own, so that
-the measured Redis sees only the peer's traffic.
+It takes the time first, then does the work: with ``DELAYQ_PEER_ROW_URL``
+set (the harness sets it), it inserts one row into ``bench_row`` of that
+PostgreSQL database, in a transaction of its own, as django-delayq's
+``write_row`` task does with the ORM. Then it RPUSHes
+``"<index> <due> <started>"`` to a list named after the scenario on the
+recorder, a redis-server of its own, so that the measured Redis sees only
+the peer's traffic.
 
-Standard library only: RQ's default worker imports this module again in
-every forked work horse, and the trivial task must stay trivial.
+Standard library and psycopg only (psycopg imported when a row is to be
+written): RQ's default worker runs each task in a forked work horse, which
+then opens its own database connection, as any RQ task that writes does.
 """
 
 from __future__ import annotations
@@ -14,10 +19,20 @@ import os
 import socket
 import threading
 import time
-from typing import BinaryIO
+from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 RECORDER_URL_ENV = "DELAYQ_PEER_RECORDER_URL"
+#: The database whose ``bench_row`` table the task writes its row to.
+ROW_URL_ENV = "DELAYQ_PEER_ROW_URL"
+#: The table's definition: django-delayq's ``BenchRow``.
+ROW_TABLE_SQL = (
+    "CREATE TABLE IF NOT EXISTS bench_row (id bigserial PRIMARY KEY, n bigint NOT NULL)"
+)
+
+if os.environ.get(ROW_URL_ENV):
+    # Imported with the module, before any work horse forks.
+    import psycopg
 
 # One connection per thread of each process: Dramatiq runs tasks on 8
 # threads that must not interleave on one socket, and a forked worker (RQ's
@@ -48,6 +63,14 @@ def _command(*parts: bytes) -> bytes:
     return b"".join(out)
 
 
+def _row_connection() -> Any:
+    conn = getattr(_local, "rows", None)
+    if conn is None or conn[0] != os.getpid():
+        conn = (os.getpid(), psycopg.connect(os.environ[ROW_URL_ENV], autocommit=True))
+        _local.rows = conn
+    return conn[1]
+
+
 def record(tag: str, index: int, due: float) -> None:
     """The benchmark task: note when it started, relative to when it was due.
 
@@ -57,6 +80,8 @@ def record(tag: str, index: int, due: float) -> None:
     the trivial task must stay trivial.
     """
     started = time.time()
+    if os.environ.get(ROW_URL_ENV):
+        _row_connection().execute("INSERT INTO bench_row (n) VALUES (%s)", (index,))
     entry = f"{int(index)} {float(due)!r} {started!r}".encode()
     sock, reader = _connection()
     sock.sendall(_command(b"RPUSH", samples_key(tag).encode(), entry))
