@@ -653,17 +653,35 @@ def _limits() -> list[str]:
         "Django's ORM building the claimed rows and the task's own statement. "
         "More worker processes help up to the cores the machine has; threads "
         "help tasks that wait on I/O.",
+        "- **Per worker process**, a task costs two committed row updates "
+        "besides its own work (the claim, which makes it `running` and counts "
+        "the attempt, and its success), each changing the status indexes. A "
+        "loop that calls the function directly does only the task's insert. "
+        "The claim must commit before the function runs: it is what counts "
+        "an attempt of a task that kills its worker, and what a cancel sees; "
+        "that is why one worker process starts about half as many one-row "
+        "tasks a second as the direct loop, and two processes about as many.",
         "- **Lateness to start** under load follows from the above: a queue "
         "fed faster than its workers run backs up. At light load the start "
-        "lateness is the dispatch lateness plus the worker's read and claim.",
+        "lateness is the dispatch lateness plus the worker's read and claim: "
+        "on an idle machine four hand-offs between processes (timer to "
+        "dispatcher, dispatcher to Redis and back, Redis to the blocked "
+        "worker, worker to PostgreSQL and back), each of which pays the "
+        "operating system's wake-up of an idle process. Measured on the 2-core "
+        "virtual machine of this run: a `SELECT 1` takes 0.09 ms back to back "
+        "and 0.57 ms after 40 ms idle; the 25 tasks/s median of about 2.5 ms "
+        "is made of the dispatch (0.3 ms), the read (0.45 ms) and the claim "
+        "(1.5-2 ms, most of it wake-ups).",
         "- **Bulk scheduling** on PostgreSQL goes through `COPY`; what remains "
         "is Python building and validating each call (payload checks, ids, "
-        "the model instance), about 40 microseconds per task.",
+        "the model instance), about 30 microseconds per task.",
         "- **Redis bytes per task**: a sorted-set member costs Redis a "
-        "skiplist node and a hash-table entry whatever the member's size; "
-        "django-delayq's 16-byte members already cost less than the usual "
-        "36-character UUID strings, and the cost stays flat as the backlog "
-        "grows.",
+        "skiplist node and a hash-table entry whatever the member's size "
+        "(about 120 bytes with a 16-byte member); django-delayq's 16-byte "
+        "members already cost less than the usual 36-character UUID strings, "
+        "and the cost stays flat as the backlog grows. Under 110 bytes needs "
+        "members kept in small, compactly encoded sets (time buckets of at "
+        "most 128 members), a change of the index's layout.",
         "",
     ]
 

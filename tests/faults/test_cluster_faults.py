@@ -11,10 +11,11 @@ to the sweeper that is one more Redis data loss, repaired from the rows (I1).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import redis
 from django.utils import timezone
 from redis.cluster import RedisCluster as ClusterClient
 
-from django_delayq import schedule
+from django_delayq import Call, schedule, schedule_many
 from django_delayq.conf import get_settings
 from django_delayq.dispatcher import Dispatcher
 from django_delayq.models import DelayedTask
@@ -34,13 +35,15 @@ from django_delayq.worker import Worker
 from tests.faults.harness import (
     FAULT_DELAYQ,
     SWEEP_INTERVAL,
+    Batch,
     Rig,
     schedule_records,
     sweep_count,
     sweep_totals,
 )
 from tests.faults.invariants import Expect, check
-from tests.testapp.tasks import add
+from tests.testapp.models import Ledger
+from tests.testapp.tasks import add, record
 from tools.procs import wait_for
 from tools.servers.cluster import ClusterNode, RedisCluster
 
@@ -384,3 +387,87 @@ def test_a_sweep_pass_repairs_the_shards_whose_node_answers(
         due = admin.zrange(shard_keys("delayq", "orders", n).due, 0, -1)
         assert sorted(due) == sorted(t.pk.bytes for t in live_tasks if t.shard == n)
     admin.close()
+
+
+def _schedule_orders(prefix: str, count: int, delay: Callable[[int], float]) -> Batch:
+    """``record`` tasks on the orders queue (spread over its shards, so over
+    every primary), ``schedule_many`` in chunks of 500."""
+    batch = Batch()
+    for start in range(0, count, 500):
+        keys = [f"{prefix}-{i}" for i in range(start, min(start + 500, count))]
+        calls = [
+            Call(record, args=[key], delay=delay(start + n), queue="orders")
+            for n, key in enumerate(keys)
+        ]
+        batch.committed.update(zip(keys, schedule_many(calls), strict=True))
+    return batch
+
+
+def test_one_primary_loses_its_data_alone(cluster_rig: ClusterRig) -> None:
+    """FLUSHALL on one primary of three (its replica follows it): the
+    dispatcher sees its shards' index marker gone on its next move there and
+    rebuilds the index of that node's shards alone, from the rows, at once;
+    the tasks due after the loss start within seconds, not at the sweeper's
+    next pass, and the far-future backlog stays where it is."""
+    rig, cluster = cluster_rig, cluster_rig.cluster
+    sweeper, dispatcher, *workers = [
+        # Its first pass at the start, and no other in the scenario: the
+        # repair is the dispatcher's.
+        rig.sweeper(interval=120.0),
+        rig.start("delayq_dispatch"),
+        rig.worker(),
+        rig.worker(),
+    ]
+    rig.wait_ready(sweeper, dispatcher, *workers)
+    batch = _schedule_orders("backlog", 3000, delay=lambda i: 86_400 + i)
+    backlog = set(batch.committed)
+    batch += _schedule_orders("soon", 240, delay=lambda i: 2.0 + i * 8.0 / 240)
+    wait_for(
+        lambda: Ledger.objects.filter(key__startswith="soon-").count() >= 60,
+        30,
+        "a quarter of the soon tasks ran",
+    )
+    doomed = cluster.primary_of(_ready_key(0))
+    on_doomed = {
+        n for n in range(SHARDS) if cluster.primary_of(_ready_key(n)) is doomed
+    }
+    passes = sweeper.log().count("sweep:")
+    # A new cluster's index was rebuilt once already, at the first moves.
+    rebuilds = dispatcher.log().count("rebuilt the index of")
+    doomed.call("FLUSHALL")
+    lost_at = timezone.now()
+
+    check(
+        rig,
+        "one cluster primary's data flushed, the others untouched",
+        Expect(
+            committed=batch.keys,
+            rolled_back=batch.rolled_back,
+            # Tasks in the workers' hands (2 workers x 2 threads) when their
+            # stream entries went may run again.
+            max_extra=4,
+        ),
+    )
+    ran = set(Ledger.objects.values_list("key", flat=True))
+    assert not ran & backlog, "far-future tasks ran"
+    # The dispatcher rebuilt the lost node's shards, and only those.
+    wait_for(
+        lambda: dispatcher.log().count("rebuilt the index of") > rebuilds,
+        10,
+        "the dispatcher to rebuild the index",
+    )
+    line = [
+        line for line in dispatcher.log().splitlines() if "rebuilt the index" in line
+    ][rebuilds]
+    rebuilt = {int(n) for n in re.findall(r"orders:(\d+)", line)}
+    assert rebuilt == on_doomed, line
+    assert sweeper.log().count("sweep:") == passes, "the sweeper repaired it"
+    due_after = [
+        task
+        for key, task in batch.committed.items()
+        if key.startswith("soon-") and task.run_at > lost_at and task.shard in on_doomed
+    ]
+    assert due_after, "no task of the lost node was due after the loss"
+    started = dict(Ledger.objects.values_list("key", "at"))
+    late = [(started[task.args[0]] - task.run_at).total_seconds() for task in due_after]
+    assert max(late) <= 3.0, f"{len(late)} due after the loss, max {max(late):.2f} s"

@@ -84,30 +84,21 @@ def _read_by_primary_key(plan: dict[str, Any]) -> bool:
     return indexes == {f"{TABLE}_pkey"} and not whole
 
 
-def test_a_claim_reads_its_rows_by_primary_key(analyzed_while_small, plans):
+def test_a_claim_and_a_group_outcome_read_their_rows_by_primary_key(
+    analyzed_while_small, plans
+):
     rows = analyzed_while_small
+    now = timezone.now()
+    claimed = []
     for claims in ([rows[0]], rows[1:40]):
-        claimed = transitions.claim_due(
-            [(row.pk, f"{n}-0") for n, row in enumerate(claims)],
-            timezone.now(),
-            "w-1",
-            "default",
+        claimed += transitions.claim_due(
+            [(row.pk, f"{n}-0") for n, row in enumerate(claims)], now, "w-1", "default"
         )
-        assert len(claimed) == len(claims)
-    assert len(plans) == 2
+    assert len(claimed) == 40
+    successes = [transitions.Success(row, now, None) for row in claimed[1:]]
+    assert transitions.succeed_many(successes, timezone.now(), "default")
+    assert DelayedTask.objects.filter(status=Status.SUCCEEDED).count() == 39
+    # Two claims, then the outcome of a group of 39.
+    assert len(plans) == 3
     for plan in plans:
         assert _read_by_primary_key(plan), json.dumps(plan, indent=1)
-
-
-def test_a_group_outcome_reads_its_rows_by_primary_key(analyzed_while_small, plans):
-    rows = analyzed_while_small[:30]
-    now = timezone.now()
-    claimed = transitions.claim_due(
-        [(row.pk, f"{n}-0") for n, row in enumerate(rows)], now, "w-1", "default"
-    )
-    plans.clear()
-    successes = [transitions.Success(row, now, None) for row in claimed]
-    assert transitions.succeed_many(successes, timezone.now(), "default")
-    assert DelayedTask.objects.filter(status=Status.SUCCEEDED).count() == 30
-    assert len(plans) == 1
-    assert _read_by_primary_key(plans[0]), json.dumps(plans[0], indent=1)
