@@ -78,16 +78,19 @@ class Processes:
         self._wait(lambda: self.client.zcard(members) >= 2, "the new dispatcher")
         self._stop(old)
         for number, old in enumerate(list(self.workers)):
-            reading = _blocked_readers(self.client)
             new = self.workers[number] = self._start("delayq_worker")
-            # Blocked in its first read (or busy: the old one reads too).
+            # Its heartbeat: it is running, and stops gracefully when told
+            # (a process told to stop while still starting would just die).
             self._wait(
-                lambda r=reading, new=new: (
-                    _blocked_readers(self.client) > r or new.poll() is not None
-                ),
+                lambda new=new: self._alive(new) or new.poll() is not None,
                 "the new worker",
             )
             self._stop(old)
+
+    def _alive(self, worker: subprocess.Popen[bytes]) -> bool:
+        """Whether ``worker``'s heartbeat is in ``<prefix>:workers``."""
+        members = self.client.zrange("delayq:workers", 0, -1)
+        return any(f":{worker.pid}:".encode() in member for member in members)
 
     def stop(self) -> None:
         for process in [self.dispatcher, *self.workers]:
