@@ -667,8 +667,8 @@ def _limits() -> list[str]:
         "on an idle machine four hand-offs between processes (timer to "
         "dispatcher, dispatcher to Redis and back, Redis to the blocked "
         "worker, worker to PostgreSQL and back), each of which pays the "
-        "operating system's wake-up of an idle process. Measured on the 2-core "
-        "virtual machine of this run: a `SELECT 1` takes 0.09 ms back to back "
+        "operating system's wake-up of an idle process. Measured on a 2-core "
+        "virtual machine like this one: a `SELECT 1` takes 0.09 ms back to back "
         "and 0.57 ms after 40 ms idle; the 25 tasks/s median of about 2.5 ms "
         "is made of the dispatch (0.3 ms), the read (0.45 ms) and the claim "
         "(1.5-2 ms, most of it wake-ups).",
