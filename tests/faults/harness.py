@@ -323,15 +323,16 @@ def schedule_bulk(
     delay: Callable[[int], float],
     chunk: int = 1000,
     seconds: float = 0.0,
+    queue: str | None = None,
 ) -> Batch:
     """Schedule many ``record`` tasks through ``schedule_many``, ``chunk`` a
-    batch; each runs for ``seconds``."""
+    batch, on ``queue`` (None: the task's); each runs for ``seconds``."""
     batch = Batch()
     kwargs = {"seconds": seconds} if seconds else None
     for start in range(0, count, chunk):
         keys = [f"{prefix}-{i}" for i in range(start, min(start + chunk, count))]
         calls = [
-            Call(record, args=[key], kwargs=kwargs, delay=delay(start + n))
+            Call(record, args=[key], kwargs=kwargs, delay=delay(start + n), queue=queue)
             for n, key in enumerate(keys)
         ]
         for key, task in zip(keys, schedule_many(calls), strict=True):
@@ -339,7 +340,9 @@ def schedule_bulk(
     # One rolled-back bulk batch too.
     doomed = [f"{prefix}-rolled-back-{i}" for i in range(10)]
     with contextlib.suppress(_Rollback), transaction.atomic():
-        schedule_many([Call(record, args=[key], delay=delay(0)) for key in doomed])
+        schedule_many(
+            [Call(record, args=[key], delay=delay(0), queue=queue) for key in doomed]
+        )
         raise _Rollback
     batch.rolled_back.update(doomed)
     return batch

@@ -15,7 +15,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ import redis
 from django.utils import timezone
 from redis.cluster import RedisCluster as ClusterClient
 
-from django_delayq import Call, schedule, schedule_many
+from django_delayq import schedule
 from django_delayq.conf import get_settings
 from django_delayq.dispatcher import Dispatcher
 from django_delayq.models import DelayedTask
@@ -35,15 +35,15 @@ from django_delayq.worker import Worker
 from tests.faults.harness import (
     FAULT_DELAYQ,
     SWEEP_INTERVAL,
-    Batch,
     Rig,
+    schedule_bulk,
     schedule_records,
     sweep_count,
     sweep_totals,
 )
 from tests.faults.invariants import Expect, check
 from tests.testapp.models import Ledger
-from tests.testapp.tasks import add, record
+from tests.testapp.tasks import add
 from tools.procs import wait_for
 from tools.servers.cluster import ClusterNode, RedisCluster
 
@@ -389,20 +389,6 @@ def test_a_sweep_pass_repairs_the_shards_whose_node_answers(
     admin.close()
 
 
-def _schedule_orders(prefix: str, count: int, delay: Callable[[int], float]) -> Batch:
-    """``record`` tasks on the orders queue (spread over its shards, so over
-    every primary), ``schedule_many`` in chunks of 500."""
-    batch = Batch()
-    for start in range(0, count, 500):
-        keys = [f"{prefix}-{i}" for i in range(start, min(start + 500, count))]
-        calls = [
-            Call(record, args=[key], delay=delay(start + n), queue="orders")
-            for n, key in enumerate(keys)
-        ]
-        batch.committed.update(zip(keys, schedule_many(calls), strict=True))
-    return batch
-
-
 def test_one_primary_loses_its_data_alone(cluster_rig: ClusterRig) -> None:
     """FLUSHALL on one primary of three (its replica follows it): the
     dispatcher sees its shards' index marker gone on its next move there and
@@ -419,9 +405,14 @@ def test_one_primary_loses_its_data_alone(cluster_rig: ClusterRig) -> None:
         rig.worker(),
     ]
     rig.wait_ready(sweeper, dispatcher, *workers)
-    batch = _schedule_orders("backlog", 3000, delay=lambda i: 86_400 + i)
+    # On the orders queue: spread over its shards, so over every primary.
+    batch = schedule_bulk(
+        "backlog", 3000, delay=lambda i: 86_400 + i, chunk=500, queue="orders"
+    )
     backlog = set(batch.committed)
-    batch += _schedule_orders("soon", 240, delay=lambda i: 2.0 + i * 8.0 / 240)
+    batch += schedule_bulk(
+        "soon", 240, delay=lambda i: 2.0 + i * 8.0 / 240, chunk=500, queue="orders"
+    )
     wait_for(
         lambda: Ledger.objects.filter(key__startswith="soon-").count() >= 60,
         30,
