@@ -89,7 +89,9 @@ class Processes:
 
     def _alive(self, worker: subprocess.Popen[bytes]) -> bool:
         """Whether ``worker``'s heartbeat is in ``<prefix>:workers``."""
-        members = self.client.zrange("delayq:workers", 0, -1)
+        from django_delayq.store.keys import workers_key
+
+        members = self.client.zrange(workers_key("delayq"), 0, -1)
         return any(f":{worker.pid}:".encode() in member for member in members)
 
     def stop(self) -> None:
