@@ -29,7 +29,7 @@ from . import registry, signals, transitions
 from .changes import acancel, areschedule, aretry, cancel, reschedule, retry
 from .conf import get_settings
 from .db.inserts import insert_rows, new_row, plain_rows
-from .exceptions import DuplicateTask, InvalidArgument
+from .exceptions import DuplicateTask, InvalidArgument, TaskRefused
 from .ids import shard_of, uuid7
 from .lookups import Lookup, matching, write_alias, written
 from .models import ACTIVE_STATUSES, DelayedTask, OutboxEntry, Status
@@ -269,6 +269,10 @@ def _prepare(
                 f"characters; got {call.key!r}."
             )
         check_text(call.key, "key=", InvalidArgument)
+    refused = target.task.row_problem(args, kwargs, call.key)
+    if refused is not None:
+        where = "" if position is None else f"schedule_many() item {position}: "
+        raise TaskRefused(f"{where}{refused}. Nothing was written.")
     task_id = uuid7()
     return new_row(
         {

@@ -65,6 +65,14 @@ class InvalidArgument(DelayQueueException, ValueError):
     """Another argument (``key``, ``max_attempts``, ...) has a bad value."""
 
 
+class TaskRefused(DelayQueueException):
+    """A task may not run as this row asks: the task of a
+    ``DELAYQ["PERIODIC"]`` entry runs only as its schedule's ticks, with the
+    arguments the entry declares. ``schedule()`` raises it and writes
+    nothing; a worker that reads such a row fails it with this error and
+    does not call the function."""
+
+
 class DuplicateTask(DelayQueueException):
     """An active (scheduled or running) task already holds the dedupe key."""
 

@@ -133,6 +133,20 @@ class Task(Generic[P, R]):
             return f"{function}() {problem}; it is {function}{_plain(signature)}"
         return None
 
+    def row_problem(
+        self, args: Sequence[Any], kwargs: dict[str, Any], key: str | None
+    ) -> str | None:
+        """Why a row of this task with these arguments and dedupe key must
+        not run at all, though they fit the function; None if it may.
+
+        Every registered task may run any row that fits its signature; the
+        task of a ``DELAYQ["PERIODIC"]`` entry runs only its schedule's
+        ticks. ``schedule()`` refuses such a row, and a worker that reads
+        one (written by hand in the table) fails it without calling the
+        function.
+        """
+        return None
+
     def schedule(self, **options: Unpack[ScheduleOptions]) -> DelayedTask:
         """Schedule this task; ``options`` as for :func:`django_delayq.schedule`."""
         # Imported here, as Django's Task.get_backend() imports its backends:

@@ -7,14 +7,17 @@ list the planner, the system checks, the admin and ``delayq_status`` read.
 from __future__ import annotations
 
 import datetime
+import difflib
+import json
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from django.utils.module_loading import import_string
 
 from .. import registry
 from ..exceptions import InvalidTaskDefinition, TaskNotRegistered
+from ..text import short_repr
 from .ticks import (
     DEFAULT_CATCH_UP,
     CatchUp,
@@ -23,6 +26,7 @@ from .ticks import (
     check_definition,
     check_name,
     parse_tick,
+    schedule_of_key,
 )
 
 P = ParamSpec("P")
@@ -79,6 +83,60 @@ class PeriodicTask(registry.Task[P, R]):
     def _takes_tick(self) -> bool:
         signature = self.signature
         return signature is not None and "tick" in signature.parameters
+
+
+class SettingTask(PeriodicTask[P, R]):
+    """The task of a ``DELAYQ["PERIODIC"]`` entry whose function is no task
+    of its own (``django.core.management.call_command``, say).
+
+    Registered as an ordinary task, such a function could be run by any row
+    naming it, with any arguments: a row asking ``call_command`` for
+    ``shell -c`` would run any code on the workers. So it is named after its
+    schedule and runs only as that schedule's ticks (a tick's key, the
+    arguments the entry declares): :meth:`row_problem` refuses any other
+    row, which ``schedule()`` then does not write and a worker fails without
+    calling the function.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: schedule name -> its declared args and kwargs, as rows store them
+        self.ticks_of: dict[str, str] = {}
+
+    def allow(
+        self, schedule: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> None:
+        self.ticks_of[schedule] = _stored(args, kwargs)
+
+    def row_problem(
+        self, args: Sequence[Any], kwargs: dict[str, Any], key: str | None
+    ) -> str | None:
+        schedules = ", ".join(repr(name) for name in sorted(self.ticks_of))
+        schedule = schedule_of_key(key)
+        if schedule not in self.ticks_of:
+            return (
+                f"{self.name} runs only as the ticks of its periodic schedule "
+                f'({schedules} in DELAYQ["PERIODIC"]), and key={short_repr(key)} '
+                f"is not one of their keys. To run the function now, call it "
+                f"in your code; to schedule it by hand, make it a @task"
+            )
+        if self._takes_tick:
+            kwargs = {name: value for name, value in kwargs.items() if name != "tick"}
+        if _stored(args, kwargs) != self.ticks_of[schedule]:
+            declared_args, declared_kwargs = json.loads(self.ticks_of[schedule])
+            return (
+                f"{self.name} runs only with the arguments its "
+                f'DELAYQ["PERIODIC"][{schedule!r}] entry declares '
+                f"(args={short_repr(declared_args)}, "
+                f"kwargs={short_repr(declared_kwargs)}); this row has "
+                f"args={short_repr(args)}, kwargs={short_repr(kwargs)}"
+            )
+        return None
+
+
+def _stored(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    """Arguments as one text, equal for equal JSON (tuples are lists there)."""
+    return json.dumps([list(args), dict(kwargs)], sort_keys=True, default=repr)
 
 
 def periodic(
@@ -181,7 +239,7 @@ def declared() -> tuple[list[Schedule], list[str]]:
     problems: list[str] = []
     for entry_name, entry in _setting().items():
         try:
-            schedule = from_setting(entry_name, entry)
+            schedule = _read(entry_name, entry)
         except (InvalidTaskDefinition, TaskNotRegistered, ImportError) as exc:
             problems.append(str(exc))
             continue
@@ -214,8 +272,10 @@ def from_setting(entry_name: Any, entry: Any) -> Schedule:
     """One ``DELAYQ["PERIODIC"]`` entry as a :class:`Schedule`.
 
     ``task`` is a registered task's name, or the dotted path of any
-    function, which is then registered as a task under that path (a
-    function you do not own, such as ``django.core.management.call_command``).
+    function (one you do not own, such as
+    ``django.core.management.call_command``), which then becomes a
+    :class:`SettingTask` named after the entry: it runs only as the entry's
+    ticks, with the entry's arguments.
     """
     where = f'DELAYQ["PERIODIC"][{entry_name!r}]'
     check_name(entry_name, where)
@@ -226,8 +286,14 @@ def from_setting(entry_name: Any, entry: Any) -> Schedule:
         )
     unknown = sorted(str(key) for key in set(entry) - SETTING_KEYS)
     if unknown:
+        close = [
+            f"{key} (did you mean {match[0]!r}?)"
+            if (match := difflib.get_close_matches(key, SETTING_KEYS, n=1))
+            else key
+            for key in unknown
+        ]
         raise InvalidTaskDefinition(
-            f"{where} has unknown keys {', '.join(unknown)}; it takes "
+            f"{where} has unknown keys {', '.join(close)}; it takes "
             f"{', '.join(sorted(SETTING_KEYS))}."
         )
     task_name = entry.get("task")
@@ -250,7 +316,9 @@ def from_setting(entry_name: Any, entry: Any) -> Schedule:
     options = {
         key: entry[key] for key in ("queue", "priority", "max_attempts") if key in entry
     }
-    task = _task_for_setting(task_name, options, where)
+    task = _task_for_setting(entry_name, task_name, options, where)
+    if isinstance(task, SettingTask):
+        task.allow(entry_name, args, kwargs)
     schedule = Schedule(
         name=entry_name,
         task=task,
@@ -266,22 +334,28 @@ def from_setting(entry_name: Any, entry: Any) -> Schedule:
 
 
 def _task_for_setting(
-    task_name: str, options: Mapping[str, Any], where: str
+    entry_name: str, task_name: str, options: Mapping[str, Any], where: str
 ) -> registry.Task[Any, Any]:
     # The registry itself, not registry.get(): its fallbacks include
     # task_from_setting, which comes back here.
     registry.autodiscover()
-    found = registry.all_tasks().get(task_name)
-    if found is not None and not isinstance(found, PeriodicTask):
-        if options:
+    tasks = registry.all_tasks()
+    found = tasks.get(task_name)
+    if found is not None:
+        if options and not isinstance(found, PeriodicTask):
             raise InvalidTaskDefinition(
                 f"{where}: {task_name} is a @task, which has its own "
                 f"{', '.join(sorted(options))}; set them on @task, or remove "
                 f"them here."
             )
         return found
-    if found is not None:  # registered from this setting before
-        return found
+    taken = tasks.get(entry_name)
+    if taken is not None:
+        raise InvalidTaskDefinition(
+            f"{where}: the schedule runs a function of its own, so its task "
+            f"takes the schedule's name, and {entry_name!r} is a registered "
+            f"task's name already; rename the entry."
+        )
     try:
         fn = import_string(task_name)
     except ImportError:
@@ -292,33 +366,75 @@ def _task_for_setting(
         ) from None
     built = registry.build(
         fn,
-        name=task_name,
+        name=entry_name,
         queue=options.get("queue"),
         max_attempts=options.get("max_attempts"),
         priority=options.get("priority", 0),
-        cls=PeriodicTask,
+        cls=SettingTask,
     )
-    registry.register(built)
+    assert isinstance(built, SettingTask)
     return built
 
 
+#: entry name -> (the entry it was read from, its schedule): an entry is
+#: read again only when the setting changes (override_settings in tests).
+_from_settings: dict[Any, tuple[Any, Schedule]] = {}
+
+
 def task_from_setting(name: str) -> registry.Task[Any, Any] | None:
-    """The task a ``DELAYQ["PERIODIC"]`` entry registers under ``name``, for
-    :func:`registry.get` in a process that has not read the setting (a
-    worker); None if no valid entry names that function. Never raises, as
-    a registry fallback must not."""
+    """The task of the ``DELAYQ["PERIODIC"]`` entry named ``name``, for
+    :func:`registry.get`: a function the entry names that is no task of its
+    own runs under its schedule's name (see :class:`SettingTask`). None if
+    no valid entry makes one. Never raises, as a registry fallback must not.
+
+    The previous release registered such a function under its dotted path:
+    the ticks it wrote name that path, and still run, as the ticks of the
+    entries that name the function (with their arguments).
+    """
     try:
         entries = _setting()
     except InvalidTaskDefinition:
         return None
-    for entry_name, entry in entries.items():
-        if not isinstance(entry, Mapping) or entry.get("task") != name:
-            continue
-        try:
-            return from_setting(entry_name, entry).task
-        except (InvalidTaskDefinition, TaskNotRegistered, ImportError):
-            continue
-    return None
+    own = _setting_task(name, entries.get(name))
+    if own is not None:
+        return own
+    earlier = [
+        found
+        for entry_name, entry in entries.items()
+        if isinstance(entry, Mapping)
+        and entry.get("task") == name
+        and (found := _setting_task(entry_name, entry)) is not None
+    ]
+    if not earlier:
+        return None
+    task: SettingTask[Any, Any] = SettingTask(
+        earlier[0].func,
+        name,
+        queue=earlier[0].queue,
+        max_attempts=earlier[0].max_attempts,
+        priority=earlier[0].priority,
+    )
+    for found in earlier:
+        task.ticks_of.update(found.ticks_of)
+    return task
+
+
+def _setting_task(entry_name: Any, entry: Any) -> SettingTask[Any, Any] | None:
+    if not isinstance(entry, Mapping):
+        return None
+    try:
+        task = _read(entry_name, entry).task
+    except (InvalidTaskDefinition, TaskNotRegistered, ImportError):
+        return None
+    return task if isinstance(task, SettingTask) else None
+
+
+def _read(entry_name: Any, entry: Any) -> Schedule:
+    """:func:`from_setting`, read again only when the entry changes."""
+    known = _from_settings.get(entry_name)
+    if known is None or known[0] is not entry:
+        known = _from_settings[entry_name] = (entry, from_setting(entry_name, entry))
+    return known[1]
 
 
 def forget(name: str) -> None:

@@ -147,6 +147,21 @@ def parse_tick(text: str) -> datetime.datetime:
     )
 
 
+def schedule_of_key(key: str | None) -> str | None:
+    """The name of the schedule whose tick ``key`` is; None if ``key`` is
+    no tick's key (a name holds no ``@``, and the time parses)."""
+    if key is None or not key.startswith(KEY_PREFIX):
+        return None
+    name, at, when = key[len(KEY_PREFIX) :].partition("@")
+    if not name or not at:
+        return None
+    try:
+        parse_tick(when)
+    except ValueError:
+        return None
+    return name
+
+
 def _utc(value: datetime.datetime) -> datetime.datetime:
     """``value`` in UTC; a naive one is in the current time zone, as Django
     reads it with ``USE_TZ = False``."""

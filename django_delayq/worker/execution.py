@@ -30,7 +30,12 @@ from django.utils import timezone
 
 from .. import registry, transitions
 from ..conf import get_settings
-from ..exceptions import InvalidPayload, TaskNotRegistered, TimeLimitExceeded
+from ..exceptions import (
+    InvalidPayload,
+    TaskNotRegistered,
+    TaskRefused,
+    TimeLimitExceeded,
+)
 from ..models import DelayedTask, OutboxEntry, Status
 from ..outbox import index_after_commit
 from ..outcomes import (
@@ -178,9 +183,9 @@ def run_alone(
     watchdog: Watchdog = NO_WATCHDOG,
 ) -> bool:
     """Run the function and record the outcome; False if the attempt was fenced."""
-    problem = registered.argument_problem(row.args, row.kwargs)
-    if problem is not None:
-        return refuse_arguments(row, problem)
+    refused = refusal(row, registered)
+    if refused is not None:
+        return refuse(row, refused)
     db = write_db()
     committed: list[bool] = []
     limit = time_limit_of(registered)
@@ -228,19 +233,33 @@ def run_alone(
 FAILURES = (Exception, SystemExit, KeyboardInterrupt, TimeLimitExceeded)
 
 
-def refuse_arguments(row: DelayedTask, problem: str) -> bool:
-    """Fail a task whose stored arguments do not fit its function, without
-    calling it; False if the attempt was fenced.
-
-    Every attempt would raise the same ``TypeError`` (a row scheduled before
-    the function's signature changed): retrying it only delays the failure.
-    A ``TypeError`` raised inside the function is an ordinary failure.
+def refusal(row: DelayedTask, registered: registry.Task[Any, Any]) -> Exception | None:
+    """Why the function must not be called for this row at all: its stored
+    arguments do not fit it (a row scheduled before the function's signature
+    changed), or the task refuses such a row (the task of a periodic
+    schedule's setting, asked to run outside its ticks); None if it may run.
     """
-    exc = TypeError(
-        f"{row.name}: not called, its stored arguments do not fit it: {problem}. "
-        f"Schedule it again with arguments that fit."
-    )
-    error = f"TypeError: {exc}"
+    problem = registered.argument_problem(row.args, row.kwargs)
+    if problem is not None:
+        return TypeError(
+            f"{row.name}: not called, its stored arguments do not fit it: "
+            f"{problem}. Schedule it again with arguments that fit."
+        )
+    problem = registered.row_problem(row.args, row.kwargs, row.key)
+    if problem is not None:
+        return TaskRefused(f"{row.name}: not called: {problem}.")
+    return None
+
+
+def refuse(row: DelayedTask, exc: Exception) -> bool:
+    """Fail a task for :func:`refusal`'s reason without calling its function;
+    False if the attempt was fenced.
+
+    Every attempt would be refused the same way: retrying only delays the
+    failure. A ``TypeError`` raised inside the function is an ordinary
+    failure.
+    """
+    error = f"{type(exc).__name__}: {exc}"
     trace = "".join(traceback.format_exception_only(exc))
     return fail(row, row.attempts, error, trace, expect=Status.RUNNING)
 

@@ -45,7 +45,8 @@ from .execution import (
     FAILURES,
     Fenced,
     failure_text,
-    refuse_arguments,
+    refusal,
+    refuse,
     run_alone,
     stored_value,
     time_limit_of,
@@ -255,9 +256,9 @@ def _run_one(
 ) -> transitions.Success | None:
     """Run one task of a group in a savepoint; its success, or None if it
     raised (its failure is then recorded in the group's transaction)."""
-    problem = registered.argument_problem(row.args, row.kwargs)
-    if problem is not None:
-        if not refuse_arguments(row, problem):
+    refused = refusal(row, registered)
+    if refused is not None:
+        if not refuse(row, refused):
             raise Fenced
         return None
     limit = time_limit_of(registered)

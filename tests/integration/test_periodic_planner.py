@@ -182,7 +182,6 @@ def test_a_schedule_from_settings_is_planned(settings):
         "periodic:nightly@2026-11-26T03:00:00.000000Z"
     ]
     assert any("['broken'] needs exactly one of cron=" in p for p in result.problems)
-    unregister("tests.testapp.tasks.record_tick")
 
 
 def test_pause_cancels_what_is_not_due_and_resume_skips_the_pause(declare):

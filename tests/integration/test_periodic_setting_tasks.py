@@ -1,0 +1,162 @@
+"""A ``DELAYQ["PERIODIC"]`` entry's function runs as its ticks, and nothing else.
+
+An entry may name any importable function (``call_command``, say). Were it
+an ordinary task, any row naming it would run it with any arguments: a row
+asking ``call_command`` for ``shell -c`` would run any code on the workers.
+"""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from django_delayq import schedule
+from django_delayq.exceptions import TaskRefused
+from django_delayq.models import DelayedTask, Status
+from django_delayq.recurring.planner import plan
+from django_delayq.store.keys import shard_keys
+from tests.helpers import drain
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+READY = shard_keys("delayq", "default", 0).ready
+CALL_COMMAND = "django.core.management.call_command"
+T0 = datetime.datetime(2026, 11, 26, 9, 59, 58, tzinfo=datetime.UTC)
+
+
+@pytest.fixture
+def clear_sessions(settings):
+    """The periodic guide's own example: ``call_command("clearsessions")``
+    every minute (the test app has no sessions: ``check`` stands in)."""
+    settings.DELAYQ = {
+        **settings.DELAYQ,
+        "PERIODIC": {
+            "nightly-check": {"task": CALL_COMMAND, "args": ["check"], "every": 60}
+        },
+    }
+
+
+def shell_writing(path: Path) -> list[str]:
+    """``call_command`` arguments that would write ``path`` if ever run."""
+    return ["shell", "-c", f"open({str(path)!r}, 'w').write('owned')"]
+
+
+def forge(name: str, args: list[str], key: str | None = None) -> DelayedTask:
+    """A row written straight into the table, as anyone with write access to
+    it could, and delivered to the workers."""
+    row = DelayedTask.objects.create(name=name, args=args, key=key, run_at=T0)
+    return row
+
+
+def deliver(redis_client, row: DelayedTask) -> DelayedTask:
+    redis_client.xadd(READY, {"id": row.pk.bytes})
+    drain()
+    row.refresh_from_db()
+    return row
+
+
+@pytest.mark.usefixtures("clear_sessions")
+def test_schedule_refuses_the_function_of_a_setting_with_other_arguments(tmp_path):
+    target = tmp_path / "owned"
+    for name in (CALL_COMMAND, "nightly-check"):
+        with pytest.raises(TaskRefused, match="runs only as the ticks of its periodic"):
+            schedule(name, args=shell_writing(target))
+    assert not DelayedTask.objects.exists()
+
+
+@pytest.mark.usefixtures("clear_sessions")
+def test_schedule_refuses_a_fake_tick_with_other_arguments():
+    with pytest.raises(TaskRefused) as refused:
+        schedule(
+            "nightly-check",
+            args=["flush", "--noinput"],
+            key="periodic:nightly-check@2026-11-26T10:00:00.000000Z",
+        )
+    message = str(refused.value)
+    assert message.startswith(
+        "nightly-check runs only with the arguments its "
+        "DELAYQ[\"PERIODIC\"]['nightly-check'] entry declares (args=['check'], "
+        "kwargs={}); this row has args=['flush', '--noinput'], kwargs={}."
+    )
+    assert message.endswith("Nothing was written.")
+    assert not DelayedTask.objects.exists()
+
+
+@pytest.mark.usefixtures("clear_sessions")
+@pytest.mark.parametrize("name", [CALL_COMMAND, "nightly-check"])
+@pytest.mark.parametrize(
+    "key", [None, "periodic:nightly-check@2026-11-26T10:00:00.000000Z"]
+)
+def test_a_forged_row_is_failed_without_running_anything(
+    redis_client, tmp_path, name, key
+):
+    target = tmp_path / "owned"
+    row = deliver(redis_client, forge(name, shell_writing(target), key))
+    assert not target.exists()
+    assert row.status == Status.FAILED
+    assert row.attempts == 1  # refused once, not retried
+    assert row.last_error.startswith(
+        f"TaskRefused: {name}: not called: {name} runs only"
+    )
+
+
+@pytest.mark.usefixtures("clear_sessions")
+def test_the_declared_arguments_outside_a_tick_are_refused_too(redis_client):
+    row = deliver(redis_client, forge("nightly-check", ["check"]))
+    assert row.status == Status.FAILED
+    assert "runs only as the ticks of its periodic schedule ('nightly-check'" in (
+        row.last_error
+    )
+
+
+@pytest.mark.usefixtures("clear_sessions")
+def test_the_ticks_run_under_the_schedules_name(redis_client):
+    plan(now=T0)
+    [tick] = DelayedTask.objects.all()
+    assert tick.name == "nightly-check"
+    assert tick.args == ["check"]
+    assert tick.key == "periodic:nightly-check@2026-11-26T10:00:00.000000Z"
+    DelayedTask.objects.filter(pk=tick.pk).update(run_at=timezone.now())
+    tick = deliver(redis_client, tick)
+    assert tick.status == Status.SUCCEEDED, tick.last_error
+
+
+@pytest.mark.usefixtures("clear_sessions")
+def test_a_tick_the_previous_release_wrote_under_the_functions_path_runs(
+    redis_client,
+):
+    # The previous release registered the function under its dotted path:
+    # the ticks it planned before a deploy still run, as ticks only.
+    key = "periodic:nightly-check@2026-11-26T10:00:00.000000Z"
+    tick = deliver(redis_client, forge(CALL_COMMAND, ["check"], key))
+    assert tick.status == Status.SUCCEEDED, tick.last_error
+
+
+def test_an_entry_named_like_a_registered_task_is_reported(settings):
+    from django.core import checks
+
+    settings.DELAYQ = {
+        **settings.DELAYQ,
+        "PERIODIC": {
+            "tests.testapp.tasks.add": {"task": CALL_COMMAND, "every": 60},
+        },
+    }
+    [error] = [m for m in checks.run_checks() if m.id == "delayq.E015"]
+    assert "its task takes the schedule's name" in error.msg
+    assert "rename the entry" in error.msg
+
+
+def test_a_typo_in_an_entry_suggests_the_key(settings):
+    from django.core import checks
+
+    settings.DELAYQ = {
+        **settings.DELAYQ,
+        "PERIODIC": {
+            "nightly": {"task": CALL_COMMAND, "evry": 60, "cron": "* * * * *"}
+        },
+    }
+    [error] = [m for m in checks.run_checks() if m.id == "delayq.E015"]
+    assert "unknown keys evry (did you mean 'every'?)" in error.msg
