@@ -1,10 +1,12 @@
-"""Deployment checks (``manage.py check --deploy``): ``delayq.W002``-``W007``.
+"""Deployment checks (``manage.py check --deploy``): ``delayq.E017`` and
+``delayq.W002``-``W007``.
 
-What a production review of the Redis behind django-delayq would flag. None
-stops anything: the rows are the truth and the sweeper repairs Redis, but
-each of these makes a task late, or Redis open to the network. The two that
-ask Redis itself cannot be made when it does not answer or refuses
-``CONFIG``: ``W007`` says so, rather than passing in silence.
+What a production review of the Redis behind django-delayq would flag. The
+warnings stop nothing: the rows are the truth and the sweeper repairs Redis,
+but each of these makes a task late, or Redis open to the network. The two
+that ask Redis itself cannot be made when it does not answer or refuses
+``CONFIG``: ``W007`` says so, rather than passing in silence. A test mode
+left on is an error: tasks would run in the web process, or not at all.
 See docs/reference/checks.md.
 """
 
@@ -13,7 +15,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from django.core.checks import CheckMessage, Warning
+from django.conf import settings as django_settings
+from django.core.checks import CheckMessage, Error, Warning
 
 from .. import conf, registry
 from ..exceptions import InvalidConfiguration, RedisUnavailable
@@ -28,10 +31,43 @@ def check_deployment(**kwargs: Any) -> list[CheckMessage]:
     except InvalidConfiguration:
         return []  # check_settings reports it
     return [
+        *_test_mode_errors(settings),
         *_url_warnings(settings),
         *_time_limit_warnings(settings),
-        # In TEST_MODE nothing reaches Redis: there is no server to ask.
-        *(_server_warnings() if settings.test_mode is None else []),
+        # With DEBUG on, a TEST_MODE is a test settings module's, whose Redis
+        # (if any) nothing uses: there is no production server to ask.
+        *(
+            _server_warnings()
+            if settings.test_mode is None or not django_settings.DEBUG
+            else []
+        ),
+    ]
+
+
+def _test_mode_errors(settings: conf.Settings) -> list[CheckMessage]:
+    """A test mode in settings that deploy with DEBUG off.
+
+    Django's test runner turns DEBUG off for every test run, but deploy
+    checks run only when asked (``check --deploy``): what they see with
+    DEBUG off is production settings.
+    """
+    if settings.test_mode is None or django_settings.DEBUG:
+        return []
+    effect = (
+        "every schedule() runs its task at once, inside the web process, "
+        "whatever its delay"
+        if settings.test_mode == "immediate"
+        else "nothing is written to Redis, and delayq_dispatch, delayq_worker "
+        "and delayq_sweep refuse to start: no task runs"
+    )
+    return [
+        Error(
+            f'DELAYQ["TEST_MODE"] is {settings.test_mode!r} with DEBUG off: {effect}.',
+            hint='Remove "TEST_MODE" from the production settings; set it in '
+            "the test settings only (or use django_delayq.testing.test_mode() "
+            "in the tests).",
+            id=check_ids.TEST_MODE_DEPLOYED,
+        )
     ]
 
 

@@ -25,6 +25,7 @@ CLUSTER = "delayq.E013"  # REDIS_CLUSTER cannot be used as set
 KEY_PREFIX_IN_USE = "delayq.E014"  # another project's tasks under KEY_PREFIX
 PERIODIC = "delayq.E015"  # a DELAYQ["PERIODIC"] entry is invalid
 TEST_MODE = "delayq.E016"  # TEST_MODE is not None, "manual" or "immediate"
+TEST_MODE_DEPLOYED = "delayq.E017"  # deploy: TEST_MODE set with DEBUG off
 UNKNOWN_SETTING = "delayq.W001"  # an unknown key in DELAYQ
 REDIS_EVICTS = "delayq.W002"  # deploy: maxmemory-policy is not noeviction
 REDIS_NOT_PERSISTENT = "delayq.W003"  # deploy: no RDB, no AOF
@@ -50,6 +51,7 @@ ALL = (
     KEY_PREFIX_IN_USE,
     PERIODIC,
     TEST_MODE,
+    TEST_MODE_DEPLOYED,
     UNKNOWN_SETTING,
     REDIS_EVICTS,
     REDIS_NOT_PERSISTENT,

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from ..conf import get_settings
 from ..exceptions import DelayQueueException, InvalidConfiguration
 from ..worker import DEFAULT_PREFETCH
 from ..worker.group_commit import DEFAULT_BUDGET, DEFAULT_MAX_SIZE
@@ -37,6 +38,7 @@ def command_context(
     Undoing matters when a command runs through ``call_command()`` inside
     another program (a test suite): its handlers and log level come back.
     """
+    refuse_test_mode(what)
     logger = logging.getLogger("django_delayq")
     level, handlers = logger.level, list(logger.handlers)
     logger.setLevel(_LEVELS.get(verbosity, logging.INFO))
@@ -58,6 +60,25 @@ def command_context(
             signal.signal(signum, handler_before)
         logger.setLevel(level)
         logger.handlers[:] = handlers
+
+
+def refuse_test_mode(what: str) -> None:
+    """Refuse to run a loop under ``DELAYQ["TEST_MODE"]``.
+
+    In a test mode ``schedule()`` writes nothing to Redis (``"manual"``) or
+    runs the task at once (``"immediate"``): a loop started with it is a
+    test settings module deployed, whose sweeper would index the rows and
+    run them a sweep interval late. Tests run what is due with ``run_due()``.
+    """
+    mode = get_settings().test_mode
+    if mode is not None:
+        raise CommandError(
+            f'{what} does not run with DELAYQ["TEST_MODE"] = {mode!r}: a test '
+            f"mode is for tests, which run what is due with "
+            f"django_delayq.testing.run_due(). Remove TEST_MODE from the "
+            f"settings this process uses (check --deploy reports it as "
+            f"delayq.E017)."
+        )
 
 
 def add_queue_option(parser: CommandParser) -> None:

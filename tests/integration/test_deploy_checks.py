@@ -11,6 +11,8 @@ import pytest
 from django.core import checks
 from django.core.checks import CheckMessage
 
+from django_delayq import conf
+from django_delayq.checks import deploy
 from tests.conftest import delayq_settings
 from tools.servers import RedisServer, free_port
 
@@ -51,13 +53,52 @@ def test_a_careful_redis_on_loopback_passes(settings, server):
     assert deploy_ids() == set()
 
 
-@pytest.mark.timeout(30)
-def test_plaintext_to_another_host_is_flagged_without_waiting_for_it(settings):
-    # 192.0.2.0/24 is reserved for documentation: nothing answers there.
-    settings.DELAYQ = delayq_settings("redis://:pw@192.0.2.10:6379/0")
-    assert deploy_ids() == {"delayq.W004", "delayq.W007"}
-    settings.DELAYQ = delayq_settings("rediss://:pw@192.0.2.10:6379/0")
-    assert deploy_ids() == {"delayq.W007"}
+def test_plaintext_to_another_host_is_flagged_from_the_url_alone():
+    # Read from the URL, without connecting: no traffic leaves this machine
+    # (192.0.2.0/24 is reserved for documentation).
+    def url_ids(url: str) -> set[str]:
+        found = deploy._url_warnings(conf.parse(delayq_settings(url)))
+        return {message.id for message in found}
+
+    assert url_ids("redis://:pw@192.0.2.10:6379/0") == {"delayq.W004"}
+    assert url_ids("rediss://:pw@192.0.2.10:6379/0") == set()
+    assert url_ids("redis://:pw@127.0.0.1:6379/0") == set()
+
+
+@pytest.mark.parametrize("server", [CAREFUL], indirect=True)
+@pytest.mark.parametrize("mode", ["manual", "immediate"])
+def test_a_test_mode_with_debug_off_is_an_error(settings, server, mode):
+    settings.DEBUG = False
+    settings.DELAYQ = {**delayq_settings(server.url), "TEST_MODE": mode}
+    [error] = [
+        m
+        for m in checks.run_checks(
+            include_deployment_checks=True, tags=["django_delayq"]
+        )
+        if m.id.startswith("delayq.")
+    ]
+    assert error.id == "delayq.E017"
+    assert error.level == checks.ERROR
+    assert error.msg.startswith(f'DELAYQ["TEST_MODE"] is {mode!r} with DEBUG off: ')
+    assert error.hint.startswith('Remove "TEST_MODE" from the production settings')
+    # Not by a plain `check`, which test runs make with DEBUG off too.
+    plain = {m.id for m in checks.run_checks(tags=["django_delayq"])}
+    assert "delayq.E017" not in plain
+    # A test settings module, run with DEBUG on: nothing to report.
+    settings.DEBUG = True
+    assert deploy_ids() == set()
+
+
+@pytest.mark.parametrize("server", [CARELESS], indirect=True)
+def test_a_test_mode_does_not_hide_what_the_production_redis_lacks(settings, server):
+    settings.DEBUG = False
+    settings.DELAYQ = {**delayq_settings(server.url), "TEST_MODE": "manual"}
+    assert deploy_ids() == {
+        "delayq.E017",
+        "delayq.W002",
+        "delayq.W003",
+        "delayq.W005",
+    }
 
 
 def server_not_checked() -> CheckMessage:
