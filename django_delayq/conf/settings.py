@@ -8,8 +8,9 @@ Parsing and the system checks share one validator, :func:`find_problems`, so
 ``manage.py check`` and a runtime error always say the same thing.
 
 A test run gets a key namespace of its own, as Django gives it a database of
-its own: while Django's test environment is set up (``manage.py test``,
-pytest-django), :func:`get_settings` answers with ``TEST_KEY_PREFIX``, or by
+its own: while a test runner has Django's test environment set up
+(``manage.py test``, pytest-django), :func:`get_settings` answers with
+``TEST_KEY_PREFIX``, or by
 default with ``test_<KEY_PREFIX>_<8 hex digits>``, new for each test run
 (and ``_<n>`` for the n-th worker of ``test --parallel``, as Django numbers
 their databases). The store removes such a namespace's keys when the
@@ -184,17 +185,25 @@ def get_settings() -> Settings:
 
 
 def in_test_run() -> bool:
-    """Whether Django's test environment is set up in this process.
+    """Whether this process runs tests: a test runner has set up Django's
+    test environment.
 
     ``setup_test_environment()``, which Django's test runner and
     pytest-django call before any test and undo after the last, keeps what
-    it changed in ``_TestState.saved_data``; nothing public says so. Looked
-    up in ``sys.modules`` so that a process that never imported Django's
-    test utilities pays nothing.
+    it changed in ``_TestState.saved_data``; nothing public says so. That
+    alone is no test run: Django's tutorial calls it in ``manage.py shell``
+    to use the test client, against the real database, whose tasks must
+    reach the real namespace (a throwaway one would leave them to the
+    sweeper). A test run also has its runner loaded: Django's
+    (``manage.py test`` and its ``--parallel`` workers, custom runners,
+    which subclass it) or pytest. Looked up in ``sys.modules`` so that a
+    process that never imported them pays nothing.
     """
     utils = sys.modules.get("django.test.utils")
     state = getattr(utils, "_TestState", None)
-    return state is not None and hasattr(state, "saved_data")
+    if state is None or not hasattr(state, "saved_data"):
+        return False
+    return "django.test.runner" in sys.modules or "_pytest" in sys.modules
 
 
 def _for_test_run(current: Settings) -> Settings:

@@ -28,9 +28,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
     ],
 )
 def test_a_loop_refuses_to_start_in_a_test_mode(redis_client, command, mode):
-    with test_mode(mode):
-        with pytest.raises(CommandError) as refused:
-            call_command(*command)
+    with test_mode(mode), pytest.raises(CommandError) as refused:
+        call_command(*command)
     assert str(refused.value) == (
         f'{command[0]} does not run with DELAYQ["TEST_MODE"] = {mode!r}: a test '
         f"mode is for tests, which run what is due with "

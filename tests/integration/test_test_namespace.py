@@ -53,13 +53,14 @@ def test_the_namespace_follows_key_prefix(default_namespace, settings):
 
 #: Run in a process of its own, single-threaded (forking this test process,
 #: whose other tests leave threads behind, could deadlock the child): sets up
-#: Django's test environment as a test runner does, then forks the way the
+#: Django's test environment as its test runner does, then forks the way the
 #: library and Django's `test --parallel` do, and prints the prefixes seen.
 FORKING = """
 import os, sys
 import django
 django.setup()
 from django.conf import settings
+import django.test.runner
 from django.test.utils import setup_test_environment
 settings.DELAYQ = {"REDIS_URL": "redis://127.0.0.1:1/0"}
 setup_test_environment()
