@@ -18,7 +18,9 @@ from django.utils import timezone
 
 from . import signals
 from .conf import Settings, get_settings
+from .exceptions import KeyPrefixInUse
 from .models import DelayedTask, OutboxEntry, Status
+from .ownership import check_prefix_for_writes
 from .store import index
 from .store.connection import (
     breaker_reason,
@@ -119,10 +121,24 @@ def _write(
         return
     try:
         client = get_client("schedule")
+        # Another project's loops would take our ids in their due-sets for
+        # lost tasks of theirs (delayq.E014): while the prefix is theirs,
+        # nothing of ours is written there, and the outbox keeps the write
+        # until the sweeper, which refuses to run meanwhile, can replay it.
+        check_prefix_for_writes(client, using)
         if add:
             index.add(entries, client)
         else:
             index.remove(entries, client)
+    except KeyPrefixInUse as exc:
+        # Redis answers: no breaker to trip, the settings are what is wrong.
+        logger.error(
+            "django-delayq: %d task(s) not indexed in Redis but kept in the "
+            "outbox until the prefix is this project's: %s",
+            len(entries),
+            exc,
+        )
+        _to_outbox(entries, action, using, str(exc))
     except Exception as exc:
         note_failure(exc, scopes)
         # Whatever went wrong, the rows are committed: the caller must not see

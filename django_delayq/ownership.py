@@ -18,21 +18,27 @@ every process of one project, different for two projects, and kept when
 copy of production, shares its fingerprint: give such copies their own
 ``KEY_PREFIX``.) Redis losing its data loses the key too; the next loop
 claims it again.
+
+``schedule()`` checks too, before its first write to the due-sets (and
+again a minute after each check that passed, in case Redis lost the claim
+meanwhile): another project's loops would otherwise find this project's ids
+in their due-sets. See :func:`check_prefix_for_writes`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import time
 
 from django.db import DatabaseError, connections, router
 from django.db.migrations.recorder import MigrationRecorder
 
 from .checks import ids as check_ids
-from .conf import get_settings
+from .conf import Settings, get_settings
 from .exceptions import KeyPrefixInUse, RedisUnavailable
 from .models import DelayedTask
-from .store.connection import get_client
+from .store.connection import Client, get_client
 from .store.ownership import claim_prefix, owner_key
 
 logger = logging.getLogger(__name__)
@@ -44,6 +50,9 @@ OWNER_CHECK_INTERVAL = 60.0
 OWNER_RETRY_INTERVAL = 5.0
 
 _fingerprints: dict[str, str | None] = {}
+#: The write path's last check that passed: the settings and database it was
+#: made for, and until when (monotonic) it holds.
+_writable: tuple[Settings, str, float] | None = None
 
 
 def fingerprint(using: str | None = None) -> str | None:
@@ -81,17 +90,60 @@ def check_prefix() -> None:
     prefix = get_settings().key_prefix
     owner = claim_prefix(get_client("loop"), prefix, ours)
     if owner != ours:
-        error = KeyPrefixInUse(
-            f'DELAYQ["KEY_PREFIX"] {prefix!r} on this Redis belongs to another '
-            f"project (fingerprint {owner}; this one's is {ours}): sharing it, "
-            f"each project's sweeper would delete the other's tasks and its "
-            f"workers would dead-letter them. Give each project its own "
-            f"KEY_PREFIX or Redis database; if the other project is gone for "
-            f"good, delete the key {owner_key(prefix)!r}. "
-            f"({check_ids.KEY_PREFIX_IN_USE})"
-        )
+        error = _in_use(prefix, owner, ours)
         logger.error("%s", error)
         raise error
+
+
+def check_prefix_for_writes(client: Client, using: str) -> None:
+    """Claim ``KEY_PREFIX`` like :func:`check_prefix`, for a write of the
+    rows of database ``using`` to the due-sets through ``client``; raise
+    :class:`KeyPrefixInUse`, unlogged, if another project holds it.
+
+    ``schedule()`` is a hot path: a check that passed holds for
+    :data:`OWNER_CHECK_INTERVAL` in this process (for these settings and
+    this database), so it costs one round trip a minute, not one per write.
+    One that failed is not remembered: the next write asks again, and goes
+    through as soon as the prefix is this project's.
+    """
+    global _writable
+    settings = get_settings()
+    now = time.monotonic()
+    known = _writable
+    if (
+        known is not None
+        and known[0] is settings
+        and known[1] == using
+        and now < known[2]
+    ):
+        return
+    ours = fingerprint(using)
+    if ours is None:
+        return  # not migrated: there are no rows to write
+    owner = claim_prefix(client, settings.key_prefix, ours)
+    if owner != ours:
+        _writable = None
+        raise _in_use(settings.key_prefix, owner, ours)
+    _writable = (settings, using, now + OWNER_CHECK_INTERVAL)
+
+
+def forget_checks() -> None:
+    """Forget the write path's last check that passed, so the next write
+    checks again (for code, tests included, that changed the claim itself)."""
+    global _writable
+    _writable = None
+
+
+def _in_use(prefix: str, owner: str, ours: str) -> KeyPrefixInUse:
+    return KeyPrefixInUse(
+        f'DELAYQ["KEY_PREFIX"] {prefix!r} on this Redis belongs to another '
+        f"project (fingerprint {owner}; this one's is {ours}): sharing it, "
+        f"each project's sweeper would delete the other's tasks and its "
+        f"workers would dead-letter them. Give each project its own "
+        f"KEY_PREFIX or Redis database; if the other project is gone for "
+        f"good, delete the key {owner_key(prefix)!r}. "
+        f"({check_ids.KEY_PREFIX_IN_USE})"
+    )
 
 
 def check_prefix_if_reachable() -> bool:

@@ -66,17 +66,38 @@ def find_problems(raw: Any) -> list[Problem]:
         prefix = raw.get(key, DEFAULTS[key])
         if key == "TEST_KEY_PREFIX" and prefix is None:
             continue
-        if not isinstance(prefix, str) or not KEY_PREFIX_PATTERN.match(prefix):
+        # A prefix wrong only by its colons is told why they are refused.
+        if not isinstance(prefix, str) or not KEY_PREFIX_PATTERN.match(
+            prefix.replace(":", "-")
+        ):
             problems.append(
                 Problem(
                     check_ids.KEY_PREFIX,
                     f'DELAYQ["{key}"] must be 1-64 characters of letters, '
-                    f"digits and _.:- (no braces: they mark Redis Cluster hash "
+                    f"digits and _.- (no braces: they mark Redis Cluster hash "
                     f"tags); got {short_repr(prefix)}.",
                     f'Use e.g. "{key}": "{example}".',
                 )
             )
+        elif ":" in prefix:
+            problems.append(_nested_prefix(key, prefix))
     return problems
+
+
+def _nested_prefix(key: str, prefix: str) -> Problem:
+    outer = prefix.partition(":")[0]
+    fixed = prefix.replace(":", "-")
+    return Problem(
+        check_ids.KEY_PREFIX,
+        f'DELAYQ["{key}"] must not contain ":"; got {short_repr(prefix)}. Every '
+        f'key is named "<prefix>:...", so the keys of {prefix!r} are also keys '
+        f"of the prefix {outer!r}: a Redis ACL key pattern such as ~{outer}:* "
+        f"would give that project's user this one's keys, and the other way "
+        f"round.",
+        f'Use "-" or "_" instead, e.g. "{key}": "{fixed}". Scheduled tasks '
+        f"are indexed again under the new prefix from their rows, as after a "
+        f"Redis data loss; the old prefix's keys can then be deleted.",
+    )
 
 
 def _unknown_keys(raw: Mapping[Any, Any]) -> list[Problem]:

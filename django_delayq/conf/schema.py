@@ -46,7 +46,10 @@ MAX_TIME_LIMIT = 7 * 86400.0
 
 QUEUE_KEYS = {"shards"}
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-KEY_PREFIX_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+#: No ":": every key is ``<prefix>:...``, so a prefix holding one would nest
+#: in another ("shop" and "shop:eu"), and neither a key pattern of an ACL
+#: user (``~shop:*``) nor a ``SCAN`` could tell the two projects' keys apart.
+KEY_PREFIX_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 CONNECTION_KEYS = ("REDIS_URL", "CACHE_ALIAS", "REDIS_SENTINEL")
 #: Django's built-in Redis cache backend, which CACHE_ALIAS may name.
