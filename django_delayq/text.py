@@ -6,6 +6,10 @@ character (``"\\x00"``), which PostgreSQL refuses in ``text`` and ``jsonb``
 surrogate (``"\\ud800"``, what decoding bytes with ``surrogateescape`` leaves
 behind), which is not Unicode at all and cannot be encoded as UTF-8 for any
 database. Both are refused before anything is written, with the place named.
+
+Text shown to a person is cut to a size a page or a terminal can show
+(:func:`clipped`, :func:`short_repr`), and text anyone may have written
+shown with its unprintable characters escaped (:func:`printable`).
 """
 
 from __future__ import annotations
@@ -46,6 +50,32 @@ def short_repr(value: object, limit: int = 200) -> str:
     except ValueError:
         return f"a {type(value).__name__} holding an int too large to print"
     return text if len(text) <= limit else f"{text[:limit]}..."
+
+
+def printable(text: str, limit: int = 200) -> str:
+    """``text`` for a terminal or a line of a log, where it may come from
+    anyone who can write to Redis (a worker's name in its heartbeat).
+
+    Each character that is not printable (ESC, which drives a terminal; NUL;
+    a line break, which forges a line; a bidirectional override...) is
+    written as ``repr`` writes it, and a backslash doubled, so that nothing
+    passes for an escape. Past ``limit`` characters the rest is cut, and
+    counted.
+    """
+    if len(text) <= limit and text.isprintable() and "\\" not in text:
+        return text
+    shown: list[str] = []
+    size = 0
+    for index, char in enumerate(text):
+        piece = (
+            "\\\\" if char == "\\" else char if char.isprintable() else repr(char)[1:-1]
+        )
+        if size + len(piece) > limit:
+            # Whole escapes only: a cut one would read as another character.
+            return "".join(shown) + f"...[{len(text) - index:,} more characters]"
+        shown.append(piece)
+        size += len(piece)
+    return "".join(shown)
 
 
 #: The most of an attempt's error message (``"Type: message"``) a row keeps.

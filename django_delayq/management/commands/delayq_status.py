@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from django_delayq.management.lifecycle import option_errors
 from django_delayq.status import Report, collect
+from django_delayq.text import printable
 
 
 class Command(BaseCommand):
@@ -50,6 +51,10 @@ class Command(BaseCommand):
 
 
 def _text(report: Report) -> str:
+    # The names of the processes and the queues they serve are read from
+    # Redis, where anyone with write access there can put anything: shown
+    # escaped and clipped, so that they cannot drive the terminal (ESC),
+    # forge a line, or bury the report. --json escapes them its own way.
     lines = [f"django-delayq: {report.state}"]
     lines += [f"  - {problem}" for problem in report.problems]
     tasks = ", ".join(f"{status} {n}" for status, n in sorted(report.tasks.items()))
@@ -87,7 +92,7 @@ def _text(report: Report) -> str:
                 str(s.waiting),
                 str(s.in_flight),
                 str(s.dead),
-                s.dispatcher or "none",
+                printable(s.dispatcher) if s.dispatcher else "none",
             )
             for s in report.shards
         ]
@@ -102,12 +107,12 @@ def _text(report: Report) -> str:
                 ).rstrip()
             )
     for token, shards in sorted(report.dispatchers.items()):
-        lines.append(f"Dispatcher {token}: {', '.join(shards)}")
+        lines.append(f"Dispatcher {printable(token)}: {', '.join(shards)}")
     for name, queues in sorted(report.workers.items()):
-        lines.append(f"Worker {name}: {', '.join(queues)}")
+        lines.append(f"Worker {printable(name)}: {printable(', '.join(queues))}")
     for token, sweeper in sorted(report.sweepers.items()):
         lines.append(
-            f"Sweeper {token}: every {sweeper.interval:g} s, last pass ended "
-            f"at {sweeper.last_pass}"
+            f"Sweeper {printable(token)}: every {sweeper.interval:g} s, last "
+            f"pass ended at {sweeper.last_pass}"
         )
     return "\n".join(lines)
