@@ -18,9 +18,10 @@ must. The supervisor watches the serving process too, and starts another
 when it dies (:meth:`AggregateServer.restart`).
 
 A directory named by the environment is the operator's; it must be a real
-directory (not a symlink) owned by the user running the command, since the
-metrics written there are read back and summed, and it is emptied of
-``*.db`` files without following symlinks. One created here is ``0700``.
+directory (not a symlink) owned by the user running the command and
+writable by no one else (no group or world write bit), since the metrics
+written there are read back and summed, and it is emptied of ``*.db``
+files without following symlinks. One created here is ``0700``.
 """
 
 from __future__ import annotations
@@ -212,8 +213,8 @@ def empty_directory(directory: Path) -> None:
     files in it, never following a symlink: a link named ``*.db`` is removed
     itself, and its target is left alone.
 
-    :raises MetricsUnavailable: it is a symlink, not a directory, or owned by
-        another user.
+    :raises MetricsUnavailable: it is a symlink, not a directory, owned by
+        another user, or writable by its group or by every user.
     """
     directory.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileExistsError):
@@ -237,13 +238,27 @@ def empty_directory(directory: Path) -> None:
             f"temporary one"
         ) from exc
     try:
-        owner = os.fstat(fd).st_uid
+        found = os.fstat(fd)
+        owner = found.st_uid
         if owner != os.geteuid():
             raise MetricsUnavailable(
                 f"{_ENV}={str(directory)!r} belongs to another user (uid "
                 f"{owner}, not {os.geteuid()}): its *.db files would be read "
                 f"into the metrics and deleted; name a directory of this user's "
                 f"own, or leave {_ENV} unset for a temporary one"
+            )
+        mode = stat.S_IMODE(found.st_mode)
+        if mode & (stat.S_IWGRP | stat.S_IWOTH):
+            # Whoever may create files there may plant *.db files that the
+            # metrics process sums as ours (a sticky bit, as on /tmp, does
+            # not stop a new file).
+            who = "every user" if mode & stat.S_IWOTH else "its group"
+            raise MetricsUnavailable(
+                f"{_ENV}={str(directory)!r} is writable by {who} (mode "
+                f"{mode:04o}): another user could plant *.db files there that "
+                f"would be read into the metrics; make it private "
+                f"(chmod 700 {str(directory)!r}, or 750 to let the group "
+                f"read it), or leave {_ENV} unset for a temporary one"
             )
         for entry in os.scandir(fd):
             if not entry.name.endswith(".db"):

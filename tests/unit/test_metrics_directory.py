@@ -49,3 +49,36 @@ def test_a_file_is_refused(tmp_path: Path) -> None:
     path.write_text("")
     with pytest.raises(MetricsUnavailable, match="is not a directory"):
         empty_directory(path)
+
+
+@pytest.mark.parametrize(
+    ("mode", "who"),
+    [(0o777, "every user"), (0o1777, "every user"), (0o770, "its group")],
+)
+def test_a_directory_others_can_write_to_is_refused_and_left_alone(
+    tmp_path: Path, mode: int, who: str
+) -> None:
+    directory = tmp_path / "metrics"
+    directory.mkdir()
+    planted = directory / "counter_666.db"
+    planted.write_bytes(b"planted")
+    directory.chmod(mode)
+    with pytest.raises(MetricsUnavailable) as refused:
+        empty_directory(directory)
+    message = str(refused.value)
+    assert message.startswith(f"PROMETHEUS_MULTIPROC_DIR={str(directory)!r} ")
+    assert f"is writable by {who} (mode {mode:04o})" in message
+    assert f"chmod 700 {str(directory)!r}, or 750" in message
+    assert planted.read_bytes() == b"planted"  # nothing done
+
+
+@pytest.mark.parametrize("mode", [0o700, 0o750, 0o755])
+def test_a_directory_only_its_owner_can_write_to_is_accepted(
+    tmp_path: Path, mode: int
+) -> None:
+    directory = tmp_path / "metrics"
+    directory.mkdir()
+    (directory / "counter_1.db").write_bytes(b"stale")
+    directory.chmod(mode)
+    empty_directory(directory)
+    assert list(directory.iterdir()) == []
