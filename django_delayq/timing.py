@@ -20,6 +20,11 @@ _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _MS = datetime.timedelta(milliseconds=1)
 #: Far enough for any real delay, and far from datetime's overflow.
 MAX_DELAY = datetime.timedelta(days=365 * 100)
+#: The earliest ``eta`` accepted. A past ``eta`` means "as soon as possible"
+#: and is kept as given; one before this is no moment anyone meant but a
+#: value standing in for a missing one (a timestamp of 0, ``datetime.min``),
+#: and would read as a task decades late.
+EARLIEST_ETA = datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC)
 
 
 def resolve_run_at(
@@ -95,6 +100,15 @@ def _check_eta(eta: Any, now: datetime.datetime) -> datetime.datetime:
         raise InvalidSchedule(
             f"eta= {run_at.isoformat()} is more than 100 years from now; pass a "
             f"sensible date."
+        )
+    earliest = EARLIEST_ETA if settings.USE_TZ else timezone.make_naive(EARLIEST_ETA)
+    if run_at < earliest:
+        raise InvalidSchedule(
+            f"eta= (a Django task's run_after) {run_at.isoformat()} is before "
+            f"{EARLIEST_ETA.date()}: a "
+            f"placeholder for a missing time (a timestamp of 0?), not a moment "
+            f"to run at. An eta in the past runs the task as soon as possible; "
+            f"to mean that, pass neither eta= nor delay=, or pass the real time."
         )
     return run_at
 
