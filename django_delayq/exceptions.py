@@ -50,7 +50,12 @@ class InvalidPayload(DelayQueueException, ValueError):
 class UnsupportedPayloadType(InvalidPayload, TypeError):
     """A value (or a key, or ``args``/``kwargs`` themselves) is of a type
     JSON cannot hold: a set, a datetime, an object... Also a ``TypeError``,
-    as Django's Tasks framework raises for such arguments."""
+    as Django's Tasks framework raises for such arguments.
+
+    The message opens with what is wrong where, and the fix (``args[0] is a
+    datetime, which is not JSON serializable; pass value.isoformat() ...``),
+    and ends with the words of Django's backends (``(Unsupported type:
+    <class 'datetime.datetime'>)``)."""
 
 
 class PayloadTooLarge(InvalidPayload):

@@ -205,13 +205,16 @@ def _check(value: Any, where: str, depth: int, budget: _Budget | None) -> Any:
         return out
     kind = type(value).__name__
     hint = _HINTS.get(kind, "pass plain data: ids, strings, numbers, lists, dicts")
+    article = "an" if kind[:1].lower() in "aeio" else "a"  # "a UUID"
     raise unsupported(
-        value, f"{where} is a {kind}, which is not JSON serializable; {hint}."
+        value,
+        f"{where} is {article} {kind}, which is not JSON serializable; {hint}.",
     )
 
 
 def unsupported(value: object, text: str) -> UnsupportedPayloadType:
-    """The error for a ``value`` of a type JSON cannot hold: Django's words
-    for it first (``Unsupported type: <class '...'>``, which code written for
-    its Tasks backends looks for), then ``text``, the place and the fix."""
-    return UnsupportedPayloadType(f"Unsupported type: {type(value)}: {text}")
+    """The error for a ``value`` of a type JSON cannot hold: ``text`` first,
+    the place and the fix in plain words, then Django's words for it
+    (``Unsupported type: <class '...'>``), which code written for its Tasks
+    backends looks for anywhere in the message, as Django's own tests do."""
+    return UnsupportedPayloadType(f"{text} (Unsupported type: {type(value)})")

@@ -74,6 +74,18 @@ NAIVE = datetime.datetime(2030, 1, 1, 12, 0)
             InvalidSchedule,
             "more than 100 years",
         ),
+        # A placeholder for a missing time, not a moment: a timestamp of 0.
+        (
+            {"eta": datetime.datetime.fromtimestamp(0, datetime.UTC)},
+            InvalidSchedule,
+            r"eta= .*1970-01-01T00:00:00[+]00:00 is before 2000-01-01.*pass "
+            r"neither eta= nor delay=",
+        ),
+        (
+            {"eta": datetime.datetime.min.replace(tzinfo=datetime.UTC)},
+            InvalidSchedule,
+            "0001-01-01T00:00:00[+]00:00 is before 2000-01-01",
+        ),
     ],
 )
 def test_bad_input_raises_and_writes_nothing(redis_client, kwargs, error, message):
@@ -94,9 +106,9 @@ def test_a_value_json_cannot_hold_is_refused_in_the_words_of_django_backends(
     from every entry point."""
     when = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
     expected = (
-        "Unsupported type: <class 'datetime.datetime'>: args[1] is a datetime, "
-        "which is not JSON serializable; pass value.isoformat() and parse it "
-        "in the task."
+        "args[1] is a datetime, which is not JSON serializable; pass "
+        "value.isoformat() and parse it in the task. (Unsupported type: "
+        "<class 'datetime.datetime'>)"
     )
     for attempt in [
         lambda: schedule(add, args=[1, when]),

@@ -424,15 +424,15 @@ def test_bad_arguments_are_refused_and_write_nothing(redis_client, settings):
     with pytest.raises(TypeError) as caught:
         add.enqueue(1, b={1, 2})
     assert str(caught.value) == (
-        "Unsupported type: <class 'set'>: kwargs['b'] is a set, which is not "
-        "JSON serializable; pass a sorted list."
+        "kwargs['b'] is a set, which is not JSON serializable; pass a sorted "
+        "list. (Unsupported type: <class 'set'>)"
     )
     with pytest.raises(TypeError) as caught:
         add.enqueue(datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC), 2)
     assert str(caught.value).startswith(
-        "Unsupported type: <class 'datetime.datetime'>: args[0] is a datetime, "
-        "which is not JSON serializable; pass value.isoformat()"
+        "args[0] is a datetime, which is not JSON serializable; pass value.isoformat()"
     )
+    assert str(caught.value).endswith("(Unsupported type: <class 'datetime.datetime'>)")
     settings.TASKS = {
         "default": {"BACKEND": "django_delayq.backends.DelayQueueBackend", "QUEUES": []}
     }

@@ -10,7 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from django_delayq.exceptions import InvalidPayload, PayloadTooLarge
+from django_delayq.exceptions import (
+    InvalidPayload,
+    PayloadTooLarge,
+    UnsupportedPayloadType,
+)
 from django_delayq.payload import check_payload, encoded_size
 
 
@@ -47,7 +51,7 @@ def test_int_enums_become_plain_ints():
         ),
         ([decimal.Decimal("1.5")], None, "args[0] is a Decimal", "str(value)"),
         ([uuid.uuid4()], None, "args[0] is a UUID", "str(value)"),
-        ([object()], None, "args[0] is a object", "plain data"),
+        ([object()], None, "args[0] is an object", "plain data"),
         ([[1, [b"x"]]], None, "args[0][1][0] is a bytes", "base64"),
     ],
 )
@@ -56,6 +60,23 @@ def test_values_json_cannot_hold_are_named_by_position(args, kwargs, where, hint
         check(args, kwargs)
     assert where in str(caught.value)
     assert hint in str(caught.value)
+
+
+def test_a_type_json_cannot_hold_is_said_plainly_first_then_in_djangos_words():
+    """What is wrong where opens the message; the words Django's Tasks
+    backends raise ("Unsupported type", which code written for them looks
+    for) come last, not in the way."""
+    with pytest.raises(UnsupportedPayloadType) as caught:
+        check([datetime.datetime(2026, 1, 1)])
+    assert isinstance(caught.value, TypeError)
+    assert str(caught.value) == (
+        "args[0] is a datetime, which is not JSON serializable; pass "
+        "value.isoformat() and parse it in the task. "
+        "(Unsupported type: <class 'datetime.datetime'>)"
+    )
+    with pytest.raises(UnsupportedPayloadType) as caught:
+        check("abc")
+    assert str(caught.value).startswith("args= must be a list or tuple")
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])

@@ -134,8 +134,8 @@ class DelayQueueBackend(BaseTaskBackend):
         from ...models import DelayedTask
 
         # An argument JSON cannot hold raises UnsupportedPayloadType, a
-        # TypeError with the words of Django's backends ("Unsupported type:
-        # <class '...'>"), then the place and the fix.
+        # TypeError naming the place and the fix, then with the words of
+        # Django's backends ("(Unsupported type: <class '...'>)").
         row = api.schedule(
             task.module_path,
             args=_as_django_stores(args),
