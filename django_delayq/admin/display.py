@@ -1,7 +1,9 @@
 """How the admin writes times, durations, payloads and a task's timeline.
 
 Pure functions of a row and "now", so every page says the same thing the
-same way ("in 14 min", "overdue 2 min", "ran 3 s late").
+same way ("in 14 min", "overdue 2 min", "ran 3 s late"). A time to come is
+rounded up and a time gone by down: a task never reads as due sooner, or as
+late for longer, than it is.
 """
 
 from __future__ import annotations
@@ -26,17 +28,28 @@ from ..text import clipped
 DUE_NOW_SECONDS = 1.0
 
 
-def duration(seconds: float) -> str:
+def duration(seconds: float, *, up: bool = False) -> str:
     """``'350 ms'``, ``'3 s'``, ``'14 min'``, ``'2 h 5 min'``, ``'3 days'``.
 
-    Rounded down: "in 14 min" means at least 14 and under 15 minutes.
+    Rounded down to the unit shown, as a stopwatch reads: "overdue 2 min"
+    means at least 2 and under 3 minutes. With ``up``, rounded up, as a
+    countdown reads: "in 2 s" means at most 2 seconds, so a time to come is
+    never shown sooner than it is (1.4 s away is "in 2 s", not "in 1 s").
     """
-    seconds = abs(seconds)
-    if seconds < 1:
-        return _("%(n)d ms") % {"n": int(seconds * 1000)}
-    if seconds < 60:
-        return _("%(n)d s") % {"n": int(seconds)}
-    minutes = int(seconds // 60)
+    # In whole microseconds, what a timedelta holds: rounding up must not
+    # count a float's last bit (60.000000001 s) as one unit more.
+    micros = round(abs(seconds) * 1_000_000)
+
+    def count(unit: int) -> int:
+        return -(-micros // unit) if up else micros // unit
+
+    ms = count(1000)
+    if ms < 1000:
+        return _("%(n)d ms") % {"n": ms}
+    whole = count(1_000_000)
+    if whole < 60:
+        return _("%(n)d s") % {"n": whole}
+    minutes = count(60_000_000)
     if minutes < 60:
         return _("%(n)d min") % {"n": minutes}
     hours, minutes = divmod(minutes, 60)
@@ -44,7 +57,12 @@ def duration(seconds: float) -> str:
         if minutes:
             return _("%(h)d h %(m)d min") % {"h": hours, "m": minutes}
         return _("%(h)d h") % {"h": hours}
-    return _("%(n)d days") % {"n": hours // 24}
+    return _("%(n)d days") % {"n": count(86_400_000_000)}
+
+
+def ahead(seconds: float) -> str:
+    """``'in 14 min'`` for a time ``seconds`` from now (rounded up)."""
+    return _("in %(duration)s") % {"duration": duration(seconds, up=True)}
 
 
 def lateness_text(seconds: float) -> str:
@@ -65,12 +83,12 @@ def lateness_text(seconds: float) -> str:
 
 def until(moment: datetime.datetime, now: datetime.datetime) -> str:
     """``'in 14 min'``, ``'due now'`` or ``'overdue 2 min'``."""
-    ahead = (moment - now).total_seconds()
-    if ahead >= DUE_NOW_SECONDS:
-        return _("in %(duration)s") % {"duration": duration(ahead)}
-    if ahead > -DUE_NOW_SECONDS:
+    left = (moment - now).total_seconds()
+    if left >= DUE_NOW_SECONDS:
+        return ahead(left)
+    if left > -DUE_NOW_SECONDS:
         return _("due now")
-    return _("overdue %(duration)s") % {"duration": duration(ahead)}
+    return _("overdue %(duration)s") % {"duration": duration(left)}
 
 
 def lateness(task: DelayedTask) -> float | None:

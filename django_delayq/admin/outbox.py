@@ -167,4 +167,4 @@ class OutboxEntryAdmin(ReadOnlyAdmin):
         ahead = (entry.next_attempt_at - timezone.now()).total_seconds()
         if ahead < display.DUE_NOW_SECONDS:
             return _("due")
-        return _("in %(duration)s") % {"duration": display.duration(ahead)}
+        return display.ahead(ahead)

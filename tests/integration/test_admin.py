@@ -105,7 +105,7 @@ def test_the_list_shows_name_queue_status_run_time_and_attempts(
     assert "tests.testapp.tasks.order_cancel" in page
     assert "orders" in page
     assert "Scheduled" in page
-    assert "in 14 min" in page
+    assert "in 15 min" in page  # 14 min 30 s away: rounded up
     assert "0/5" in page
 
 

@@ -111,7 +111,7 @@ def test_the_dashboard_reads_due_sets_streams_leases_and_workers_from_redis(
     shards = section(response, "delayq-shards")
     # default:0 holds 1 in its due-set (due in an hour) and 3 in its stream,
     # of which a worker holds 1.
-    assert re.search(r"default:0 1 in 59 min 2 1 0 web-1:777:0badcafe", shards)
+    assert re.search(r"default:0 1 in 1 h 2 1 0 web-1:777:0badcafe", shards)
     assert re.search(r"orders:3 0 0 0 0 none", shards)
     dispatchers = section(response, "delayq-dispatchers")
     assert "web-1:777:0badcafe default:0" in dispatchers
