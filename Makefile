@@ -34,7 +34,7 @@ BOOTSTRAP := tools/bootstrap.sh
 LINT_BIN := .venv/$(LINT_LEG)/bin
 export PYTEST_ARGS
 
-.PHONY: help test test-fast tests faults browser lint typecheck docs example bench bench-quick bootstrap clean distclean
+.PHONY: help test test-fast tests faults browser lint typecheck docs example bench bench-quick bootstrap constraints clean distclean
 
 help: ## Show this help
 	@echo "Usage: make TARGET [MATRIX='...'] [PYTEST_ARGS='...']"
@@ -51,6 +51,9 @@ test: bootstrap lint typecheck tests docs bench-quick ## Everything CI checks: l
 
 bootstrap: ## Install missing servers and create the virtualenvs
 	@$(BOOTSTRAP) $(MATRIX)
+
+constraints: ## Upgrade: rebuild every leg (bench too) from the newest releases pyproject.toml allows and rewrite tools/constraints/; commit the result
+	$(BOOTSTRAP) --refresh-constraints $(MATRIX) bench
 
 lint: ## ruff check and ruff format --check
 	@$(BOOTSTRAP) --no-servers $(LINT_LEG)

@@ -2,6 +2,7 @@
 # Make this machine ready to develop and test django-delayq.
 #
 #   tools/bootstrap.sh [--redis-only | --no-servers] [--browser] [LEG ...]
+#   tools/bootstrap.sh --refresh-constraints [LEG ...]
 #
 # 1. Installs the Debian packages that provide redis-server and the PostgreSQL
 #    server, unless their binaries are already there (--redis-only skips
@@ -10,10 +11,17 @@
 # 2. Creates .venv/tools, holding a pinned uv.
 # 3. Creates one virtualenv per matrix LEG under .venv/LEG with the package
 #    (editable, with hiredis), the "dev" dependency group, the leg's Django and
-#    honcho (for `make example`).
+#    honcho (for `make example`), at the exact versions its constraints file
+#    tools/constraints/LEG.txt pins.
 #
 # Idempotent and quick when nothing changed: a leg is rebuilt from scratch only
-# when pyproject.toml or what this script installs in it changes.
+# when pyproject.toml, its constraints file or what this script installs in it
+# changes.
+#
+# --refresh-constraints rebuilds each LEG (default: every leg) from the newest
+# releases pyproject.toml allows, ignoring its constraints file, then rewrites
+# that file from what got installed (`make constraints`). Commit the files: an
+# upgrade of CI's dependencies is a deliberate, reviewed change.
 set -euo pipefail
 
 SCRIPT=$(realpath "$0")
@@ -25,6 +33,10 @@ TOOLS_VENV=$VENV_ROOT/tools
 UV=$TOOLS_VENV/bin/uv
 # What every leg gets besides its Django; honcho runs `make example`.
 INSTALL_ARGS=(-e '.[hiredis]' --group dev honcho)
+# Each leg installs the exact versions its file here pins, so that a CI run
+# tests what the last one tested: a new release of a dependency reaches the
+# legs only through a commit that refreshes these files.
+CONSTRAINTS_DIR=tools/constraints
 # uv must use the interpreters we pick, never fetch one.
 export UV_PYTHON_DOWNLOADS=never
 
@@ -37,7 +49,7 @@ die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 1; }
 KNOWN_LEGS="py311-dj52 py312-dj6 bench"
 leg_spec() {
     case "$1" in
-        py311-dj52) echo "3.11 Django>=5.2,<6.0" ;;
+        py311-dj52) echo "3.11 Django>=5.2.8,<6.0" ;;
         py312-dj6) echo "3.12 Django>=6.1,<6.2" ;;
         bench) echo "3.12 Django>=6.1,<6.2 bench" ;;
         *) die "unknown matrix leg '$1' (known: $KNOWN_LEGS)" ;;
@@ -167,20 +179,33 @@ tools_venv() {
         "uv==$UV_VERSION"
 }
 
+# Everything that decides what a leg gets installed, and nothing else.
+fingerprint() {
+    local spec=$1 constraints=$2
+    {
+        echo "$spec uv=$UV_VERSION ${INSTALL_ARGS[*]}"
+        cat pyproject.toml
+        if [[ -f $constraints ]]; then cat "$constraints"; fi
+    } | sha256sum | cut -d' ' -f1
+}
+
 leg_venv() {
-    local leg=$1 spec python_version django group venv stamp want interpreter start
+    local leg=$1 refresh=${2:-no} spec python_version django group venv stamp want
+    local interpreter start constraints
     spec=$(leg_spec "$leg")
     read -r python_version django group <<<"$spec"
     local install=("${INSTALL_ARGS[@]}")
     if [[ -n $group ]]; then install+=(--group "$group"); fi
     venv=$VENV_ROOT/$leg
     stamp=$venv/.bootstrap-stamp
-    # Everything that decides what gets installed, and nothing else.
-    want=$({
-        echo "$spec uv=$UV_VERSION ${INSTALL_ARGS[*]}"
-        cat pyproject.toml
-    } | sha256sum | cut -d' ' -f1)
-    if [[ -x $venv/bin/python && -f $stamp && $(<"$stamp") == "$want" ]]; then
+    constraints=$CONSTRAINTS_DIR/$leg.txt
+    if [[ $refresh == no && ! -f $constraints ]]; then
+        die "$constraints is missing: create it with tools/bootstrap.sh \
+--refresh-constraints $leg (make constraints), and commit it"
+    fi
+    want=$(fingerprint "$spec" "$constraints")
+    if [[ $refresh == no && -x $venv/bin/python && -f $stamp &&
+        $(<"$stamp") == "$want" ]]; then
         return 0
     fi
     local others
@@ -195,31 +220,60 @@ not found (needed by the $leg leg; looked on PATH, in pyenv's versions and in \
     rm -rf "$venv"
     # --seed: pip too, for trying things out by hand.
     "$UV" venv --quiet --seed --python "$interpreter" "$venv"
+    if [[ $refresh == no ]]; then install+=(-c "$constraints"); fi
     "$UV" pip install --quiet --python "$venv/bin/python" "${install[@]}" \
         "$django"
+    if [[ $refresh == yes ]]; then
+        write_constraints "$leg" "$venv" "$constraints"
+        # What was installed is what the new file pins: no rebuild next time.
+        want=$(fingerprint "$spec" "$constraints")
+    fi
     echo "$want" >"$stamp"
     say "$venv ready in $((SECONDS - start)) s"
+}
+
+# Pin what the leg's virtualenv holds now: every distribution but the package
+# itself (editable) and the seed tools uv adds for trying things by hand.
+write_constraints() {
+    local leg=$1 venv=$2 file=$3
+    mkdir -p "$(dirname "$file")"
+    {
+        echo "# The exact versions the $leg leg installs (tools/bootstrap.sh)."
+        echo "# Written by \`make constraints\` (tools/bootstrap.sh"
+        echo "# --refresh-constraints $leg); do not edit by hand."
+        "$UV" pip freeze --quiet --python "$venv/bin/python" --exclude-editable \
+            --exclude pip --exclude setuptools --exclude wheel
+    } >"$file.tmp"
+    mv "$file.tmp" "$file"
+    say "wrote $file"
 }
 
 # -- main -----------------------------------------------------------------------
 
 servers=all
 browser=no
+refresh=no
 legs=()
 for arg in "$@"; do
     case "$arg" in
         --redis-only) servers=redis ;;
         --no-servers) servers=none ;;
         --browser) browser=yes ;;
+        --refresh-constraints) refresh=yes ;;
         -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$SCRIPT"; exit 0 ;;
         -*) die "unknown option $arg" ;;
         *) leg_spec "$arg" >/dev/null; legs+=("$arg") ;;
     esac
 done
 
+if [[ $refresh == yes ]]; then
+    # Resolving and installing needs no servers.
+    servers=none
+    if [[ ${#legs[@]} -eq 0 ]]; then read -r -a legs <<<"$KNOWN_LEGS"; fi
+fi
 install_servers "$servers"
 install_browser "$browser"
 tools_venv
 for leg in "${legs[@]}"; do
-    leg_venv "$leg"
+    leg_venv "$leg" "$refresh"
 done
