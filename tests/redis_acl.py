@@ -53,8 +53,6 @@ COMMANDS = (
     "xlen",
     "xinfo|groups",
     "xinfo|consumers",
-    "client|list",
-    "client|unblock",
 )
 
 

@@ -28,12 +28,15 @@ redirects and re-reads the cluster's slot map when a node fails: see
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
+import secrets
+import socket
 import threading
 import time
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Iterator
 from typing import Any, TypeAlias
 
 import redis
@@ -148,29 +151,132 @@ def _per_role(role: str, settings: Settings) -> dict[str, Any]:
             "retry": Retry(NoBackoff(), 0),
         }
         if role == "blocking" and not settings.cluster:
-            # Named, so that a stopping worker can find and end its own
-            # blocked reads (unblock_reads) instead of waiting them out.
+            # Named for whoever reads CLIENT LIST; nothing of ours looks the
+            # name up (see BlockingReads).
             options["client_name"] = blocking_client_name()
         return options
     raise ValueError(f"unknown Redis client role {role!r}")
 
 
+#: (pid, name) of this process's blocking connections: made again in a
+#: forked child, whose connections are its own.
+_name: tuple[int, str] | None = None
+
+
 def blocking_client_name() -> str:
-    """The name of this process's blocking connections (``CLIENT LIST``)."""
-    return f"delayq-blocking-{os.getpid()}"
+    """The name of this process's blocking connections (``CLIENT LIST``):
+    ``delayq-blocking-<pid>-<random hex>``. The random part tells apart the
+    processes that share a PID: every container's first process is PID 1."""
+    global _name
+    pid = os.getpid()
+    if _name is None or _name[0] != pid:
+        _name = (pid, f"delayq-blocking-{pid}-{secrets.token_hex(4)}")
+    return _name[1]
+
+
+#: How long after the first call of :meth:`BlockingReads.end` it closes both
+#: sides of a read's socket rather than its writing side only.
+HARD_CUT_SECONDS = 1.0
+
+
+class BlockingReads:
+    """Blocking reads that their owner (a worker) can end at once.
+
+    Each read gets a connection of its own from the client's pool for its
+    duration (:meth:`reading`), and :meth:`end` shuts those sockets down in
+    this process: no command asks the server to end them, so the ACL user
+    needs no ``CLIENT`` permission for it, and no read of another process
+    (another worker that happens to have the same PID and connection name)
+    is ever ended.
+
+    :meth:`end` first closes only the writing side of each socket: the
+    server reads the end of the stream, drops the blocked command and closes
+    the connection; entries it had delivered just before are sent first, and
+    the read returns them as usual. Only if the server does not close within
+    :data:`HARD_CUT_SECONDS` (it does not answer) does :meth:`end` close the
+    reading side too, and the read fails at once.
+
+    On a Redis Cluster a read goes through the cluster client, which routes
+    it to the node of its slot: such a read is not ended, and ends when its
+    block times out.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: the connections of the reads in progress
+        self._open: set[AbstractConnection] = set()
+        #: when end() was first called (monotonic), or None
+        self._ended: float | None = None
+
+    @property
+    def ended(self) -> bool:
+        """Whether :meth:`end` was called: reads now return nothing."""
+        return self._ended is not None
+
+    @contextlib.contextmanager
+    def reading(self, client: redis.Redis) -> Iterator[redis.Redis | None]:
+        """A client of one connection of ``client``'s, for one blocking read
+        that :meth:`end` can cut short; ``None`` once :meth:`end` was called
+        (read nothing). On a Redis Cluster, ``client`` itself."""
+        pool = getattr(client, "connection_pool", None)
+        if pool is None:  # a cluster client: one pool per node
+            yield None if self.ended else client
+            return
+        bound = _bind(pool)
+        connection = bound.connection
+        try:
+            with self._lock:
+                # Connected already (the pool connects what it hands out), so
+                # end() finds the socket this read will wait on.
+                if connection is not None and self._ended is None:
+                    self._open.add(connection)
+                    usable: redis.Redis | None = bound
+                else:
+                    usable = None
+            yield usable
+        finally:
+            with self._lock:
+                self._open.discard(connection)
+                cut = self._ended is not None
+            if cut and connection is not None:
+                # end() may have shut its socket down: never back in the pool
+                # like that, where the next command would fail on it.
+                connection.disconnect()  # type: ignore[no-untyped-call]
+            bound.close()
+
+    def end(self) -> int:
+        """End the reads in progress, and every later one at once; how many
+        were in progress. Called again, it closes what is still open."""
+        now = time.monotonic()
+        with self._lock:
+            if self._ended is None:
+                self._ended = now
+            how = socket.SHUT_WR
+            if now - self._ended >= HARD_CUT_SECONDS:
+                how = socket.SHUT_RDWR
+            # Under the lock: a read that finished meanwhile has handed its
+            # connection back, maybe to another thread's command.
+            for connection in self._open:
+                _shut(connection, how)
+            return len(self._open)
+
+
+def _shut(connection: AbstractConnection, how: int) -> None:
+    # redis-py keeps the socket private: no public call shuts a connection
+    # down without closing it, and closing it here, while another thread
+    # reads from it, would race with that thread's own clean-up.
+    sock = getattr(connection, "_sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            # socket.socket's own: ssl.SSLSocket.shutdown would also drop the
+            # TLS state the reading thread is using.
+            socket.socket.shutdown(sock, how)
 
 
 @translated
-def unblock_reads(client: redis.Redis) -> int:
-    """End this process's blocked reads on ``client``'s server now, as if
-    they had timed out (``CLIENT UNBLOCK``: nothing is delivered to them);
-    how many there were."""
-    name = blocking_client_name()
-    ended = 0
-    for info in client.client_list(_type="normal"):
-        if info.get("name") == name and "b" in info.get("flags", ""):
-            ended += int(client.client_unblock(int(info["id"])))
-    return ended
+def _bind(pool: Any) -> redis.Redis:
+    """A client holding one connection of ``pool``, connected."""
+    return redis.Redis(connection_pool=pool, single_connection_client=True)
 
 
 def _build(role: str, settings: Settings) -> redis.Redis:

@@ -25,10 +25,10 @@ from django.db import DatabaseError, connections
 from .. import registry
 from ..conf import get_settings
 from ..db.connections import recycle_connections
-from ..exceptions import WorkerStuck
+from ..exceptions import RedisUnavailable, WorkerStuck
 from ..ids import process_name
 from ..store import streams
-from ..store.connection import Client, get_client
+from ..store.connection import BlockingReads, Client, get_client
 from ..store.keys import shard_keys
 from ..timing import Backoff
 from . import membership
@@ -136,6 +136,10 @@ class Worker:
         self._in_flight = InFlight(self.streams)
         self.watchdog = Watchdog(DEFAULT_GRACE)
         self._reclaimer = Reclaimer(self.streams, self.visibility_timeout)
+        #: the threads' blocking reads, which a stop ends at once
+        self._reads = BlockingReads()
+        #: this process's entry in ``<prefix>:workers`` (none for a once pass)
+        self._heartbeat: membership.Heartbeat | None = None
         #: on a Redis Cluster, the threads that read the streams (see
         #: :mod:`django_delayq.worker.readers`); on one Redis each thread reads
         self._readers = (
@@ -149,6 +153,8 @@ class Worker:
                     self.concurrency * max(self.prefetch, self.pacer.size())
                 ),
                 block_ms=READ_BLOCK_MS,
+                reads=self._reads,
+                lost=self._lost,
             )
             if settings.cluster
             else None
@@ -181,6 +187,7 @@ class Worker:
         )
         if not once:  # a one-off pass is not a worker to watch
             heartbeat.alive(client)
+            self._heartbeat = heartbeat
         logger.info(
             "worker %s: %d thread(s) on %s",
             self.name,
@@ -248,11 +255,14 @@ class Worker:
         beat = membership.beat_seconds(self.visibility_timeout)
         next_beat = time.monotonic() + beat
         given_up: set[int] = set()
-        unblock = self._readers is None  # a cluster's readers time out
         while alive := [t for t in threads if t.is_alive() and t.ident not in given_up]:
             alive[0].join(timeout=min(beat, WATCH_INTERVAL))
-            if unblock and self._stopping.is_set():
-                unblock = membership.end_blocked_reads(client, self.name)
+            if self._stopping.is_set():
+                # Again at each look: a read whose server does not close its
+                # connection is cut harder (see BlockingReads.end).
+                self._reads.end()
+            elif heartbeat is not None:
+                heartbeat.renew_if_asked(client)
             for stuck in self.watchdog.check():
                 if stuck.thread_id not in given_up:
                     given_up.add(stuck.thread_id)
@@ -312,6 +322,8 @@ class Worker:
                 except Exception as exc:
                     # Reclaimed after the visibility timeout; the rows decide.
                     self._in_flight.release(pending)
+                    if isinstance(exc, RedisUnavailable):
+                        self._lost()
                     if once:
                         return self._end_pass(exc)
                     self._pause(backoff, exc)
@@ -363,6 +375,8 @@ class Worker:
                         count=max(self.prefetch, size),
                         block_ms=None if once else READ_BLOCK_MS,
                         one_at_a_time=self._readers is not None,
+                        reads=self._reads,
+                        lost=self._lost,
                     )
                 self._in_flight.hold(read, consumer)
                 self._in_flight.wait(read[size:])
@@ -370,6 +384,14 @@ class Worker:
             return entries
         finally:
             self._quota.give_back(size - len(entries))
+
+    def _lost(self) -> None:
+        """Redis may have lost data (an error, or a read it ended): have the
+        main thread write this worker's heartbeat again now, not at its next
+        beat (a third of the visibility timeout away), so that it is not
+        reported dead meanwhile."""
+        if self._heartbeat is not None:
+            self._heartbeat.renew_soon()
 
     def _count(self, field: str, amount: int = 1) -> None:
         if amount:

@@ -4,6 +4,12 @@ through, and the heartbeat in ``<prefix>:workers`` that says it is alive.
 The heartbeat is the worker's own: Redis' consumer idle time grows while a
 blocking read waits (Redis 7.0), so it cannot tell an idle worker from a
 dead one. The dashboard and ``delayq_status`` read the heartbeats.
+
+A heartbeat is written every third of the visibility timeout, so a Redis
+that lost its data (a restart without persistence, ``FLUSHALL``, a
+failover) would show no live worker for that long: the worker's threads
+notice the loss at once (their reads fail, or end early) and ask for the
+heartbeat to be written again right away (:meth:`Heartbeat.renew_soon`).
 """
 
 from __future__ import annotations
@@ -11,18 +17,23 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Sequence
 
 from ..conf import get_settings
 from ..exceptions import RedisUnavailable
 from ..ownership import check_prefix_if_reachable
 from ..store import leases, streams
-from ..store.connection import Client, unblock_reads
+from ..store.connection import Client
 from ..store.errors import log_level
 from ..store.keys import workers_key
 from ..timing import Backoff
 
 logger = logging.getLogger(__name__)
+
+
+#: While Redis does not answer, how often a heartbeat asked for is tried.
+RENEW_RETRY_SECONDS = 1.0
 
 
 def beat_seconds(visibility_timeout: float) -> float:
@@ -64,19 +75,6 @@ def leave(
         logger.debug("worker %s: could not leave the groups: %s", name, exc)
 
 
-def end_blocked_reads(client: Client, name: str) -> bool:
-    """While the worker stops: end its threads' blocked reads now, so that an
-    idle worker exits at once instead of after its read's timeout. False if
-    the server refuses (an ACL without CLIENT LIST/UNBLOCK: the threads then
-    notice the stop when their reads time out)."""
-    try:
-        unblock_reads(client)
-    except RedisUnavailable as exc:  # any Redis error, a refusal included
-        logger.debug("worker %s: blocked reads left to time out: %s", name, exc)
-        return False
-    return True
-
-
 class Heartbeat:
     """A worker process's entry in ``<prefix>:workers``."""
 
@@ -86,9 +84,32 @@ class Heartbeat:
         #: worker that has read nothing yet has no consumer to tell)
         self.member = f"{name}#{','.join(queues)}"
         self.beat = beat
+        self._asked = threading.Event()
+        self._next_try = 0.0
 
-    def alive(self, client: Client) -> None:
-        """Renew the heartbeat; it lapses after three missed beats."""
+    def renew_soon(self) -> None:
+        """Ask for the heartbeat to be written at the next look of the main
+        thread (:meth:`renew_if_asked`): Redis may have lost it. Any thread
+        may ask."""
+        self._asked.set()
+
+    def renew_if_asked(self, client: Client) -> None:
+        """Write the heartbeat if a thread asked for it; until it is written,
+        try again at most every :data:`RENEW_RETRY_SECONDS`."""
+        if not self._asked.is_set():
+            return
+        now = time.monotonic()
+        if now < self._next_try:
+            return
+        self._next_try = now + RENEW_RETRY_SECONDS
+        # Cleared first: a thread asking again meanwhile is not lost.
+        self._asked.clear()
+        if not self.alive(client):
+            self._asked.set()
+
+    def alive(self, client: Client) -> bool:
+        """Renew the heartbeat; it lapses after three missed beats. False if
+        Redis did not take it."""
         try:
             leases.beat(
                 client,
@@ -105,6 +126,8 @@ class Heartbeat:
                 self.name,
                 exc,
             )
+            return False
+        return True
 
     def gone(self, client: Client) -> None:
         try:

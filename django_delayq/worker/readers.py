@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 
 from ..exceptions import RedisUnavailable
 from ..store import streams
-from ..store.connection import Client, get_client
+from ..store.connection import BlockingReads, Client, get_client
 from ..store.errors import Answers
 from ..store.keys import BANDS
 from ..timing import Backoff
@@ -56,17 +56,29 @@ def read_now(
     count: int,
     block_ms: int | None,
     one_at_a_time: bool,
+    reads: BlockingReads,
+    lost: Callable[[], None],
 ) -> list[streams.Entry]:
     """Read new entries for ``consumer`` from its own thread, highest band
     first; ``shards`` holds each shard's ready streams, highest band first.
 
     On one Redis: every shard's bands, then (if nothing was there) a
-    blocking read of every stream up to ``block_ms`` (``None``: none). On a
-    cluster (``one_at_a_time``; only for ``--once``, as readers read
-    otherwise): each shard in turn, without blocking, until one has entries.
+    blocking read of every stream up to ``block_ms`` (``None``: none), which
+    ``reads`` can end. On a cluster (``one_at_a_time``; only for ``--once``,
+    as readers read otherwise): each shard in turn, without blocking, until
+    one has entries. ``lost`` is called when Redis may have lost data (see
+    :func:`read_bands`).
     """
     if not one_at_a_time:
-        return read_bands(client, consumer, shards, count=count, block_ms=block_ms)
+        return read_bands(
+            client,
+            consumer,
+            shards,
+            count=count,
+            block_ms=block_ms,
+            reads=reads,
+            lost=lost,
+        )
     for bands in shards:
         if read := streams.read_bands(client, consumer, [bands], count=count):
             return read
@@ -80,18 +92,39 @@ def read_bands(
     *,
     count: int,
     block_ms: int | None,
+    reads: BlockingReads,
+    lost: Callable[[], None],
 ) -> list[streams.Entry]:
     """The shards' entries highest band first; if there are none, wait up to
-    ``block_ms`` for the next ones."""
+    ``block_ms`` for the next ones, unless ``reads`` ends the wait first
+    (a stopping worker: nothing is read then).
+
+    A wait that ends early with nothing, or with an error, may mean that
+    Redis lost the streams (a restart without persistence, ``FLUSHALL``,
+    a failover: Redis ends such a read, or the connection drops): ``lost``
+    is called then, so that the worker writes its heartbeat again at once.
+    """
     read = streams.read_bands(client, consumer, shards, count=count)
     if read or block_ms is None:
         return read
     # Highest bands first: of streams filled at once (one move), Redis
     # serves a blocked reader the first it names.
     every = [bands[rank] for rank in range(len(BANDS)) for bands in shards]
-    return streams.by_band(
-        streams.read(client, consumer, every, count=count, block_ms=block_ms)
-    )
+    started = time.monotonic()
+    try:
+        with reads.reading(client) as reader:
+            if reader is None:
+                return []
+            read = streams.read(reader, consumer, every, count=count, block_ms=block_ms)
+    except RedisUnavailable:
+        if reads.ended:
+            return []  # ended by this worker's own stop: not an outage
+        lost()
+        raise
+    early = time.monotonic() - started < block_ms / 1000 / 2
+    if not read and early and not reads.ended:
+        lost()
+    return streams.by_band(read)
 
 
 class StreamReaders:
@@ -115,12 +148,16 @@ class StreamReaders:
         batch: Callable[[], int],
         backlog_limit: Callable[[], int],
         block_ms: int,
+        reads: BlockingReads,
+        lost: Callable[[], None],
     ) -> None:
         self.in_flight = in_flight
         self.stopping = stopping
         self.batch = batch
         self.backlog_limit = backlog_limit
         self.block_ms = block_ms
+        self.reads = reads
+        self.lost = lost
         self.shards = [tuple(bands) for bands in shards]
         self.consumers = {
             bands: f"{consumer_prefix}r{number}"
@@ -170,6 +207,8 @@ class StreamReaders:
                     [bands],
                     count=self.batch(),
                     block_ms=self.block_ms,
+                    reads=self.reads,
+                    lost=self.lost,
                 )
                 backoff.answered()
             except RedisUnavailable as exc:

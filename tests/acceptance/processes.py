@@ -32,6 +32,28 @@ from tools.procs import (
 from tools.servers import RedisServer
 
 
+def pid_namespaces_usable() -> bool:
+    """Whether this host lets the tests start a process in a PID namespace
+    of its own (util-linux ``unshare``, run as root)."""
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        done = subprocess.run(
+            ["unshare", "--pid", "--fork", "true"], capture_output=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def namespaced_pid(unshare: subprocess.Popen[str]) -> int:
+    """The PID, as this test sees it, of the command ``unshare`` started."""
+    children = Path(f"/proc/{unshare.pid}/task/{unshare.pid}/children")
+    found = children.read_text().split()
+    assert len(found) == 1, f"unshare {unshare.pid} has children {found}"
+    return int(found[0])
+
+
 class Processes:
     """Start ``manage.py``-style commands; everything is stopped at teardown."""
 
@@ -49,6 +71,35 @@ class Processes:
             log_path=self.logs / f"{command}-{len(self.started)}.log",
             env=self.env,
         )
+        self.started.append(process)
+        assert process.popen is not None
+        return process.popen
+
+    def start_as_pid_one(self, command: str, *args: str) -> subprocess.Popen[str]:
+        """Start ``command`` as the first process of a PID namespace of its
+        own, where it is PID 1, as the first process of every container is
+        (``unshare --pid --fork``, as root). The Popen is ``unshare``'s:
+        signal the command itself through :func:`namespaced_pid`."""
+        process = Process(
+            [
+                "unshare",
+                "--pid",
+                "--fork",
+                "--kill-child",
+                sys.executable,
+                "-m",
+                "django",
+                command,
+                "-v",
+                "2",
+                *args,
+            ],
+            log_path=self.logs / f"{command}-{len(self.started)}.log",
+            env=self.env,
+            cwd=ROOT,
+            label=command,
+        )
+        process.start()
         self.started.append(process)
         assert process.popen is not None
         return process.popen

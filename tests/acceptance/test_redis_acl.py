@@ -23,6 +23,7 @@ from django_delayq.conf import get_settings
 from django_delayq.models import DelayedTask, OutboxEntry, Status
 from django_delayq.store import connection
 from django_delayq.worker import Worker
+from django_delayq.worker.loop import READ_BLOCK_MS
 from tests.acceptance.processes import ROOT, Processes
 from tests.acceptance.test_status_processes import probe
 from tests.conftest import delayq_settings
@@ -124,7 +125,7 @@ def test_the_whole_flow_runs_under_the_documented_acl(
         assert response.status_code == 200
         assert "Redis is unreachable" not in response.content.decode()
 
-        # A stop ends the worker's blocked reads (CLIENT LIST and UNBLOCK).
+        # A stop ends the worker's blocked reads, with no command for it.
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0
     finally:
@@ -187,3 +188,31 @@ def test_a_looping_worker_logs_a_refused_command_as_an_error(acl_redis, caplog):
         worker.stop()
         runner.join(timeout=30)
     assert not runner.is_alive()
+
+
+def test_an_idle_worker_stops_at_once_under_the_documented_acl(acl_redis):
+    """No CLIENT permission needed: the worker ends its own blocked reads."""
+    _server, admin = acl_redis
+    worker = Worker(queues=["default"], concurrency=3)
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+
+    def blocked() -> int:
+        return sum(
+            1
+            for info in admin.client_list(_type="normal")
+            if info.get("user") == USER and "b" in info.get("flags", "")
+        )
+
+    try:
+        wait_for(lambda: blocked() == 3, 20, "three threads blocked in their reads")
+        worker.stop()
+        # Each read would block for READ_BLOCK_MS (5 s) on the server.
+        runner.join(timeout=READ_BLOCK_MS / 1000 - 1)
+        assert not runner.is_alive(), "the idle worker waited out its reads"
+    finally:
+        worker.stop()
+        runner.join(timeout=30)
+    assert blocked() == 0
+    assert worker.stats.errors == 0
+    assert denials(admin) == []

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -22,6 +21,7 @@ from django_delayq.worker import READ_BLOCK_MS, Worker
 from tests.conftest import delayq_settings
 from tests.helpers import expected_score, indexed_score
 from tests.testapp.tasks import add
+from tools.procs import wait_for
 from tools.servers import RedisServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -174,14 +174,16 @@ def test_after_one_timeout_the_same_request_skips_redis(settings, silent_server)
 
 
 @pytest.mark.timeout(30)
-def test_a_worker_whose_acl_denies_client_list_still_stops(settings, password_redis):
+def test_a_worker_whose_acl_denies_client_commands_stops_at_once(
+    settings, password_redis
+):
     """A common ACL (``+@all -@dangerous``) refuses CLIENT LIST and UNBLOCK:
-    the worker then stops when its blocked reads time out, as it did."""
+    a stopping worker needs neither, as it ends its reads by shutting its
+    own sockets down."""
     admin = redis.Redis(port=password_redis.port, password="s3cret")
     admin.execute_command(
         "ACL", "SETUSER", "worker", "on", ">pw", "~*", "&*", "+@all", "-@dangerous"
     )
-    admin.close()
     settings.DELAYQ = delayq_settings(
         f"redis://worker:pw@127.0.0.1:{password_redis.port}/0"
     )
@@ -189,11 +191,25 @@ def test_a_worker_whose_acl_denies_client_list_still_stops(settings, password_re
     worker = Worker(queues=["default"])
     runner = threading.Thread(target=worker.run)
     runner.start()
-    time.sleep(0.5)  # into its blocking read
-    worker.stop()
-    runner.join(timeout=READ_BLOCK_MS / 1000 + 5)
-    assert not runner.is_alive()
-    assert worker.stats.errors == 0
+
+    def blocked() -> int:
+        return sum(
+            1
+            for info in admin.client_list(_type="normal")
+            if info.get("user") == "worker" and "b" in info.get("flags", "")
+        )
+
+    try:
+        wait_for(lambda: blocked() == 1, 10, "the worker blocked in its read")
+        worker.stop()
+        # The read would block for READ_BLOCK_MS (5 s) on the server.
+        runner.join(timeout=READ_BLOCK_MS / 1000 - 1)
+        assert not runner.is_alive()
+        assert worker.stats.errors == 0
+    finally:
+        worker.stop()
+        runner.join()
+        admin.close()
 
 
 @pytest.mark.parametrize(

@@ -168,8 +168,9 @@ def test_once_with_redis_unreachable_is_a_command_error(settings, command, messa
 
 
 def test_an_idle_worker_stops_without_waiting_out_its_blocked_reads(redis_client):
-    """stop() ends the threads' blocking reads (CLIENT UNBLOCK), so an idle
-    worker exits at once, not when its reads would have timed out."""
+    """stop() ends the threads' blocking reads (it shuts their sockets
+    down), so an idle worker exits at once, not when its reads would have
+    timed out."""
     worker = Worker(queues=["default"], concurrency=3)
     runner = threading.Thread(target=worker.run)
     runner.start()
