@@ -42,7 +42,8 @@ dbs="sqlite postgres"
 # Worker processes under a supervisor, killed, stuck and recycled; the
 # processes of `make example`, stopped with Ctrl-C; delayq_status against
 # killed processes; the metrics endpoints of the commands' processes;
-# periodic schedules across stops and deploys.
+# periodic schedules across stops and deploys; workers that are PID 1 of
+# their own PID namespace, stopped one by one.
 PROCESS_TESTS=(
     tests/acceptance/test_worker_processes.py
     tests/acceptance/test_time_limit_processes.py
@@ -51,6 +52,7 @@ PROCESS_TESTS=(
     tests/acceptance/test_metrics_processes.py
     tests/acceptance/test_metrics_without_prometheus.py
     tests/acceptance/test_periodic_processes.py
+    tests/acceptance/test_rolling_restart_processes.py
 )
 # Fresh projects of their own, on their own SQLite file: docs/quickstart.md
 # followed (tests/docs), and a project's own `manage.py test` beside its

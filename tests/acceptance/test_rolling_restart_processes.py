@@ -158,6 +158,9 @@ def test_a_stopping_worker_leaves_alone_the_blocked_read_of_a_worker_with_its_pi
         f"{' '.join(after.words[:4])}"
     )
     assert staying.poll() is None
+    # PID 1's own stop, as for the other one (unshare passes no signal on).
+    os.kill(namespaced_pid(staying), signal.SIGTERM)
+    assert staying.wait(timeout=30) == 0
 
 
 def test_a_worker_that_is_pid_one_exits_at_once_when_idle(
