@@ -222,6 +222,10 @@ def replay_outbox(
             )
     try:
         client = get_client("schedule")
+        # As for schedule()'s writes (and the admin's "Replay now", which the
+        # sweeper's own check does not cover): never into the due-sets of
+        # another project on this prefix.
+        check_prefix_for_writes(client, db)
         index.add(_unique(to_add), client)
         index.remove(_unique(to_remove), client)
     except Exception as exc:

@@ -19,6 +19,7 @@ from django_delayq import schedule
 from django_delayq.conf import get_settings
 from django_delayq.exceptions import InvalidConfiguration, KeyPrefixInUse
 from django_delayq.models import OutboxEntry, Status
+from django_delayq.outbox import replay_outbox
 from django_delayq.ownership import fingerprint, forget_checks
 from django_delayq.store.keys import encode_member, shard_keys
 from django_delayq.worker.execution import execute
@@ -108,6 +109,21 @@ def test_schedule_writes_nothing_into_the_due_sets_of_another_project(
     assert redis_client.get(OWNER) == fingerprint().encode()
     drain()
     assert refresh(ours).status == Status.SUCCEEDED
+
+
+def test_a_replay_by_hand_writes_nothing_into_the_due_sets_of_another_project(
+    redis_client, claimed_by_another_project
+):
+    """The admin's "Replay now" replays the outbox outside the sweeper,
+    whose own check would have stopped first."""
+    with transaction.atomic():
+        ours = schedule(add, args=[1, 2])
+    result = replay_outbox()
+    assert (result.replayed, result.failed) == (0, 1)
+    assert set(due_members(redis_client)) == {claimed_by_another_project}
+    [kept] = OutboxEntry.objects.filter(task_id=ours.pk)
+    assert "(delayq.E014)" in kept.last_error
+    assert kept.attempts == 1  # postponed with backoff, not lost
 
 
 def test_schedule_checks_the_prefix_once_and_then_only_once_a_minute(
