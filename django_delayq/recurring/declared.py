@@ -16,7 +16,8 @@ from typing import Any, ParamSpec, TypeVar
 from django.utils.module_loading import import_string
 
 from .. import registry
-from ..exceptions import InvalidTaskDefinition, TaskNotRegistered
+from ..exceptions import InvalidPayload, InvalidTaskDefinition, TaskNotRegistered
+from ..payload import check_payload
 from ..text import short_repr
 from .ticks import (
     DEFAULT_CATCH_UP,
@@ -121,6 +122,16 @@ class SettingTask(PeriodicTask[P, R]):
                 f"in your code; to schedule it by hand, make it a @task"
             )
         if self._takes_tick:
+            # The tick the key names, as the planner writes it: no other
+            # time (or object) reaches the function through a forged row.
+            assert key is not None
+            when = key.rpartition("@")[2]
+            if kwargs.get("tick") != when:
+                return (
+                    f"{self.name} runs its tick {when} with kwargs tick={when!r}, "
+                    f"the time its key names; this row has "
+                    f"tick={short_repr(kwargs.get('tick'))}"
+                )
             kwargs = {name: value for name, value in kwargs.items() if name != "tick"}
         if _stored(args, kwargs) != self.ticks_of[schedule]:
             declared_args, declared_kwargs = json.loads(self.ticks_of[schedule])
@@ -310,9 +321,9 @@ def from_setting(entry_name: Any, entry: Any) -> Schedule:
         timezone=entry.get("timezone"),
         catch_up=catch_up,
     )
-    args = entry.get("args", ())
-    kwargs = entry.get("kwargs", {})
-    check_arguments(args, kwargs, where)
+    args, kwargs = _stored_arguments(
+        entry.get("args", ()), entry.get("kwargs", {}), where
+    )
     options = {
         key: entry[key] for key in ("queue", "priority", "max_attempts") if key in entry
     }
@@ -331,6 +342,22 @@ def from_setting(entry_name: Any, entry: Any) -> Schedule:
     )
     _refuse_other_arguments(schedule, where)
     return schedule
+
+
+def _stored_arguments(
+    args: Any, kwargs: Any, where: str
+) -> tuple[list[Any], dict[str, Any]]:
+    """An entry's ``args`` and ``kwargs`` as its ticks' rows store them
+    (JSON: ``1e16`` is stored as ``10000000000000000``), the form a tick's
+    row is compared with; refused, naming the entry, if a row could not
+    hold them."""
+    check_arguments(args, kwargs, where)
+    from ..conf import get_settings
+
+    try:
+        return check_payload(args, kwargs, max_bytes=get_settings().max_payload_bytes)
+    except InvalidPayload as exc:
+        raise InvalidTaskDefinition(f"{where}: {exc}") from None
 
 
 def _task_for_setting(

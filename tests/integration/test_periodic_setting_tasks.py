@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -19,6 +20,7 @@ from django_delayq.models import DelayedTask, Status
 from django_delayq.recurring.planner import plan
 from django_delayq.store.keys import shard_keys
 from tests.helpers import drain
+from tests.testapp.models import Ledger
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,11 +46,14 @@ def shell_writing(path: Path) -> list[str]:
     return ["shell", "-c", f"open({str(path)!r}, 'w').write('owned')"]
 
 
-def forge(name: str, args: list[str], key: str | None = None) -> DelayedTask:
+def forge(
+    name: str, args: list[Any], key: str | None = None, **kwargs: Any
+) -> DelayedTask:
     """A row written straight into the table, as anyone with write access to
-    it could, and delivered to the workers."""
-    row = DelayedTask.objects.create(name=name, args=args, key=key, run_at=T0)
-    return row
+    it could."""
+    return DelayedTask.objects.create(
+        name=name, args=args, kwargs=kwargs, key=key, run_at=T0
+    )
 
 
 def deliver(redis_client, row: DelayedTask) -> DelayedTask:
@@ -160,3 +165,61 @@ def test_a_typo_in_an_entry_suggests_the_key(settings):
     }
     [error] = [m for m in checks.run_checks() if m.id == "delayq.E015"]
     assert "unknown keys evry (did you mean 'every'?)" in error.msg
+
+
+@pytest.fixture
+def ledger_ticks(settings):
+    """A function taking the tick's time, named by an entry."""
+    settings.DELAYQ = {
+        **settings.DELAYQ,
+        "PERIODIC": {
+            "ledger": {"task": "tests.testapp.tasks.record_tick", "every": 60}
+        },
+    }
+
+
+@pytest.mark.usefixtures("ledger_ticks")
+def test_a_tick_runs_with_the_time_its_key_names_and_no_other(redis_client):
+    key = "periodic:ledger@2026-11-26T10:00:00.000000Z"
+    forged = deliver(
+        redis_client, forge("ledger", [], key, tick="9999-12-31T00:00:00.000000Z")
+    )
+    assert forged.status == Status.FAILED
+    assert "tick='2026-11-26T10:00:00.000000Z', the time its key names" in (
+        forged.last_error
+    )
+    assert not Ledger.objects.exists()
+    plan(now=T0)
+    [tick] = DelayedTask.objects.filter(status=Status.SCHEDULED)
+    assert tick.kwargs == {"tick": "2026-11-26T10:00:00.000000Z"}
+    DelayedTask.objects.filter(pk=tick.pk).update(run_at=timezone.now())
+    assert deliver(redis_client, tick).status == Status.SUCCEEDED
+    assert list(Ledger.objects.values_list("key", flat=True)) == [
+        "2026-11-26T10:00:00.000000Z"
+    ]
+
+
+def test_declared_arguments_are_compared_as_rows_store_them(redis_client, settings):
+    # JSON stores 1e16 as 10000000000000000: the ticks still match the entry.
+    settings.DELAYQ = {
+        **settings.DELAYQ,
+        "PERIODIC": {"dump": {"task": "json.dumps", "args": [1e16], "every": 60}},
+    }
+    plan(now=T0)
+    [tick] = DelayedTask.objects.all()
+    assert tick.args == [10000000000000000]
+    DelayedTask.objects.filter(pk=tick.pk).update(run_at=timezone.now())
+    assert deliver(redis_client, tick).status == Status.SUCCEEDED
+
+
+def test_declared_arguments_a_row_cannot_hold_are_reported(settings):
+    from django.core import checks
+
+    settings.DELAYQ = {
+        **settings.DELAYQ,
+        "PERIODIC": {
+            "dump": {"task": "json.dumps", "kwargs": {"obj": {1: 2}}, "every": 60}
+        },
+    }
+    [error] = [m for m in checks.run_checks() if m.id == "delayq.E015"]
+    assert error.msg.startswith("DELAYQ[\"PERIODIC\"]['dump']: kwargs['obj']")
