@@ -238,28 +238,7 @@ def empty_directory(directory: Path) -> None:
             f"temporary one"
         ) from exc
     try:
-        found = os.fstat(fd)
-        owner = found.st_uid
-        if owner != os.geteuid():
-            raise MetricsUnavailable(
-                f"{_ENV}={str(directory)!r} belongs to another user (uid "
-                f"{owner}, not {os.geteuid()}): its *.db files would be read "
-                f"into the metrics and deleted; name a directory of this user's "
-                f"own, or leave {_ENV} unset for a temporary one"
-            )
-        mode = stat.S_IMODE(found.st_mode)
-        if mode & (stat.S_IWGRP | stat.S_IWOTH):
-            # Whoever may create files there may plant *.db files that the
-            # metrics process sums as ours (a sticky bit, as on /tmp, does
-            # not stop a new file).
-            who = "every user" if mode & stat.S_IWOTH else "its group"
-            raise MetricsUnavailable(
-                f"{_ENV}={str(directory)!r} is writable by {who} (mode "
-                f"{mode:04o}): another user could plant *.db files there that "
-                f"would be read into the metrics; make it private "
-                f"(chmod 700 {str(directory)!r}, or 750 to let the group "
-                f"read it), or leave {_ENV} unset for a temporary one"
-            )
+        _refuse_shared(fd, directory)
         for entry in os.scandir(fd):
             if not entry.name.endswith(".db"):
                 continue
@@ -268,6 +247,53 @@ def empty_directory(directory: Path) -> None:
                 os.unlink(entry.name, dir_fd=fd)  # a link itself, never its target
     finally:
         os.close(fd)
+
+
+def check_private(directory: Path) -> None:
+    """Refuse a ``directory`` of metrics files that another user may have
+    written to, as :func:`empty_directory` does, without emptying it: the
+    metrics view of a web server reads it on each scrape.
+
+    :raises MetricsUnavailable: as :func:`empty_directory`.
+    """
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise MetricsUnavailable(
+            f"{_ENV}={str(directory)!r} is not a directory this process can "
+            f"read ({exc.strerror}), or is a symlink: name a directory of its "
+            f"own"
+        ) from exc
+    try:
+        _refuse_shared(fd, directory)
+    finally:
+        os.close(fd)
+
+
+def _refuse_shared(fd: int, directory: Path) -> None:
+    """Refuse the open directory ``fd`` unless only this user may write to it."""
+    found = os.fstat(fd)
+    owner = found.st_uid
+    if owner != os.geteuid():
+        raise MetricsUnavailable(
+            f"{_ENV}={str(directory)!r} belongs to another user (uid "
+            f"{owner}, not {os.geteuid()}): its *.db files would be read "
+            f"into the metrics and deleted; name a directory of this user's "
+            f"own, or leave {_ENV} unset for a temporary one"
+        )
+    mode = stat.S_IMODE(found.st_mode)
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        # Whoever may create files there may plant *.db files that the
+        # metrics process sums as ours (a sticky bit, as on /tmp, does
+        # not stop a new file).
+        who = "every user" if mode & stat.S_IWOTH else "its group"
+        raise MetricsUnavailable(
+            f"{_ENV}={str(directory)!r} is writable by {who} (mode "
+            f"{mode:04o}): another user could plant *.db files there that "
+            f"would be read into the metrics; make it private "
+            f"(chmod 700 {str(directory)!r}, or 750 to let the group "
+            f"read it), or leave {_ENV} unset for a temporary one"
+        )
 
 
 def _serve_aggregate(

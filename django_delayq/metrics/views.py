@@ -15,8 +15,10 @@ token of the ``DELAYQ_METRICS_TOKEN`` setting, may read it::
 from __future__ import annotations
 
 import hmac
+import logging
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -34,7 +36,11 @@ from prometheus_client.metrics_core import Metric  # noqa: E402
 from prometheus_client.multiprocess import MultiProcessCollector  # noqa: E402
 from prometheus_client.registry import Collector  # noqa: E402
 
+from ..exceptions import MetricsUnavailable  # noqa: E402
 from .collector import BacklogCollector  # noqa: E402
+from .server import check_private  # noqa: E402
+
+logger = logging.getLogger(__name__)
 
 
 class _Exposed(Collector):
@@ -84,5 +90,14 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
             status=403,
             content_type="text/plain",
         )
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory:
+        # Read on each scrape: refused while another user could plant the
+        # files summed into it, as the commands refuse it.
+        try:
+            check_private(Path(directory))
+        except MetricsUnavailable as exc:
+            logger.error("django-delayq: metrics not served: %s", exc)
+            return HttpResponse(f"{exc}\n", status=503, content_type="text/plain")
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
     return HttpResponse(encoder(_exposed), content_type=content_type)

@@ -82,3 +82,25 @@ def test_a_directory_only_its_owner_can_write_to_is_accepted(
     directory.chmod(mode)
     empty_directory(directory)
     assert list(directory.iterdir()) == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("mode", "status"), [(0o777, 503), (0o770, 503), (0o700, 200)])
+def test_the_web_metrics_view_refuses_a_directory_others_can_write_to(
+    tmp_path: Path, client, settings, monkeypatch, mode: int, status: int
+) -> None:
+    """Under gunicorn the view sums the directory's files on each scrape."""
+    settings.ROOT_URLCONF = "tests.metrics_urls"
+    settings.DELAYQ_METRICS_TOKEN = "scrape-token"
+    directory = tmp_path / "metrics"
+    directory.mkdir()
+    directory.chmod(mode)
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(directory))
+    response = client.get(
+        "/delayq/metrics", headers={"Authorization": "Bearer scrape-token"}
+    )
+    assert response.status_code == status
+    if status == 503:
+        assert response.content.decode().startswith(
+            f"PROMETHEUS_MULTIPROC_DIR={str(directory)!r} is writable by "
+        )
