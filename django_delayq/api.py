@@ -253,6 +253,11 @@ def _prepare(
         ),
     )
 
+    # A task that may not run such a row at all says so first.
+    refused = target.task.row_problem(args, kwargs, call.key)
+    if refused is not None:
+        where = "" if position is None else f"schedule_many() item {position}: "
+        raise TaskRefused(f"{where}{refused}. Nothing was written.")
     # Bound as they are stored, as the worker will bind them: a call that
     # cannot work is refused now, not when it is due.
     problem = target.task.argument_problem(args, kwargs)
@@ -269,10 +274,6 @@ def _prepare(
                 f"characters; got {call.key!r}."
             )
         check_text(call.key, "key=", InvalidArgument)
-    refused = target.task.row_problem(args, kwargs, call.key)
-    if refused is not None:
-        where = "" if position is None else f"schedule_many() item {position}: "
-        raise TaskRefused(f"{where}{refused}. Nothing was written.")
     task_id = uuid7()
     return new_row(
         {

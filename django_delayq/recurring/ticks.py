@@ -147,10 +147,10 @@ def parse_tick(text: str) -> datetime.datetime:
     )
 
 
-def schedule_of_key(key: str | None) -> str | None:
+def schedule_of_key(key: object) -> str | None:
     """The name of the schedule whose tick ``key`` is; None if ``key`` is
     no tick's key (a name holds no ``@``, and the time parses)."""
-    if key is None or not key.startswith(KEY_PREFIX):
+    if not isinstance(key, str) or not key.startswith(KEY_PREFIX):
         return None
     name, at, when = key[len(KEY_PREFIX) :].partition("@")
     if not name or not at:

@@ -239,15 +239,15 @@ def refusal(row: DelayedTask, registered: registry.Task[Any, Any]) -> Exception 
     changed), or the task refuses such a row (the task of a periodic
     schedule's setting, asked to run outside its ticks); None if it may run.
     """
+    problem = registered.row_problem(row.args, row.kwargs, row.key)
+    if problem is not None:
+        return TaskRefused(f"{row.name}: not called: {problem}.")
     problem = registered.argument_problem(row.args, row.kwargs)
     if problem is not None:
         return TypeError(
             f"{row.name}: not called, its stored arguments do not fit it: "
             f"{problem}. Schedule it again with arguments that fit."
         )
-    problem = registered.row_problem(row.args, row.kwargs, row.key)
-    if problem is not None:
-        return TaskRefused(f"{row.name}: not called: {problem}.")
     return None
 
 
