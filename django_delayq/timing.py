@@ -27,6 +27,25 @@ MAX_DELAY = datetime.timedelta(days=365 * 100)
 EARLIEST_ETA = datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC)
 
 
+def lateness(
+    run_at: datetime.datetime,
+    created_at: datetime.datetime,
+    started: datetime.datetime,
+) -> float:
+    """Seconds from when a task was due to ``started``, when its attempt
+    started: the lateness the metrics, the logs and the admin report.
+
+    Due at its ``run_at``, or when it was scheduled if that was later: an
+    ``eta`` in the past asks for "as soon as possible", so a task scheduled
+    with one is late only by the time the queue took, not by the age of its
+    ``eta`` (an eta of a week ago would otherwise read as a week late).
+    Never negative (a task never starts early): a clock step between two
+    hosts' readings must not make it so.
+    """
+    due = max(run_at, created_at)
+    return max((started - due).total_seconds(), 0.0)
+
+
 def resolve_run_at(
     delay: Any, eta: Any, *, now: datetime.datetime | None = None
 ) -> datetime.datetime:

@@ -23,6 +23,7 @@ from django.utils.translation import gettext as _
 
 from ..models import DelayedTask, Status
 from ..text import clipped
+from ..timing import lateness as lateness_of
 
 #: Closer than this to its run_at, a scheduled task is "due now".
 DUE_NOW_SECONDS = 1.0
@@ -92,7 +93,8 @@ def until(moment: datetime.datetime, now: datetime.datetime) -> str:
 
 
 def lateness(task: DelayedTask) -> float | None:
-    """Seconds from ``run_at`` to the start of the run it belongs to, or None.
+    """Seconds from when the task was due (:func:`~django_delayq.timing.lateness`)
+    to the start of the run it belongs to, or None.
 
     Only a running or finished run has both ends: a scheduled task's
     ``started_at`` (if any) belongs to an earlier attempt than its ``run_at``,
@@ -102,7 +104,7 @@ def lateness(task: DelayedTask) -> float | None:
         return None
     if task.started_at is None:
         return None
-    return (task.started_at - task.run_at).total_seconds()
+    return lateness_of(task.run_at, task.created_at, task.started_at)
 
 
 def timing(task: DelayedTask, now: datetime.datetime) -> str:

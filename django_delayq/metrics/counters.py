@@ -20,9 +20,10 @@ from prometheus_client import Counter, Histogram
 from .. import signals
 from ..models import DelayedTask, OutboxEntry
 from ..sweeper import COUNTS, Sweeper, SweepResult
+from ..timing import lateness
 
-#: Lateness (:func:`lateness`): from milliseconds, the dispatcher's
-#: usual precision, to the minutes a sweep interval can add after a fault.
+#: Lateness (:func:`~django_delayq.timing.lateness`): from milliseconds, the
+#: dispatcher's usual precision, to the minutes a sweep interval can add after a fault.
 LATENESS_BUCKETS = (
     0.005,
     0.01,
@@ -157,7 +158,8 @@ class Counters:
         labels = (task.queue, task.name)
         self.started.labels(*labels).inc()
         if task.started_at is not None:
-            self.lateness.labels(*labels).observe(lateness(task, task.started_at))
+            late = lateness(task.run_at, task.created_at, task.started_at)
+            self.lateness.labels(*labels).observe(late)
 
     def _succeeded(self, task: DelayedTask, **kwargs: Any) -> None:
         self.succeeded.labels(task.queue, task.name).inc()
@@ -197,22 +199,6 @@ class Counters:
             count = getattr(result, kind)
             if count:
                 self.sweep_repairs.labels(kind).inc(count)
-
-
-def lateness(task: DelayedTask, started: datetime.datetime) -> float:
-    """Seconds from when the task was due to ``started``, when its attempt
-    started.
-
-    Due at its ``run_at``, or when it was scheduled if that was later: an
-    ``eta`` in the past asks for "as soon as possible", so a task scheduled
-    with one is late only by the time the queue took, not by the age of its
-    ``eta`` (an eta of a week ago would otherwise add a week-long sample to
-    the histogram, and its sum).
-    """
-    due = max(task.run_at, task.created_at)
-    # Never negative (a task never starts early); a clock step between the
-    # two hosts' readings must not make it so.
-    return max((started - due).total_seconds(), 0.0)
 
 
 def queue_of(stream: str) -> str:

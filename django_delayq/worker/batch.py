@@ -31,6 +31,7 @@ from ..models import DelayedTask, Status
 from ..outcomes import write_db
 from ..store import activity, streams
 from ..store.connection import Client
+from ..timing import lateness
 from .execution import Disposition, Outcome, execute, start, unknown_task
 from .group_commit import Pacer, run_group
 from .time_limits import Abandoned, Watchdog
@@ -147,7 +148,7 @@ class Batch:
             row = by_delivery.get((entry.task_id, entry.entry_id.decode()))
             if row is None:
                 continue
-            late_ms = (now - row.run_at).total_seconds() * 1000
+            late_ms = lateness(row.run_at, row.created_at, now) * 1000
             try:
                 task = registry.get(row.name)
             except TaskNotRegistered as exc:

@@ -13,7 +13,7 @@ from typing import Any
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
-from django_delayq.admin.display import lateness_text
+from django_delayq.admin.display import lateness, lateness_text
 from django_delayq.models import DelayedTask, Status
 
 from .models import Coupon, Order
@@ -98,8 +98,8 @@ def describe(task: DelayedTask, now: datetime.datetime) -> str:
         assert task.started_at is not None
         return f"since {clock(task.started_at)}"
     if task.status == Status.SUCCEEDED:
-        assert task.started_at is not None
-        late = (task.started_at - task.run_at).total_seconds()
+        late = lateness(task)
+        assert late is not None
         return f"ran {lateness_text(late)} late"
     if task.status == Status.FAILED:
         return f"after {task.attempts} attempts: {task.last_error}"

@@ -40,8 +40,12 @@ def run_workload() -> None:
         schedule(add, args=[i, 1])
     for i in range(2):
         schedule(always_fails, args=[f"no {i}"])
+    # Scheduled a minute ago, due 3 s ago: late by 3 s. (Due before it was
+    # scheduled, a past eta, it would be late by no more than the queue took.)
+    now = timezone.now()
     DelayedTask.objects.filter(pk__in=[t.pk for t in late]).update(
-        run_at=timezone.now() - datetime.timedelta(seconds=3)
+        run_at=now - datetime.timedelta(seconds=3),
+        created_at=now - datetime.timedelta(minutes=1),
     )
     call_command("delayq_dispatch", once=True, verbosity=0)
     assert Worker(queues=["default"]).run(once=True).processed == 9

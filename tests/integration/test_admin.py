@@ -121,6 +121,7 @@ def test_run_times_read_as_overdue_or_as_how_late_the_run_started(
     DelayedTask.objects.filter(pk=ran.pk).update(
         status=Status.SUCCEEDED,
         attempts=1,
+        created_at=now - datetime.timedelta(minutes=5),
         run_at=now - datetime.timedelta(minutes=1),
         started_at=now
         - datetime.timedelta(minutes=1)
