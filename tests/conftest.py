@@ -67,11 +67,12 @@ def postgres_server() -> Iterator[PostgresServer | None]:
 def django_db_modify_db_settings(
     postgres_server: PostgresServer | None,
 ) -> None:
-    """Point the default database at the private PostgreSQL (pytest-django hook)."""
+    """Point the databases at the private PostgreSQL (pytest-django hook)."""
     if postgres_server is not None:
-        settings.DATABASES["default"].update(
-            HOST=postgres_server.host, PORT=str(postgres_server.port)
-        )
+        for alias in ("default", "replica"):
+            settings.DATABASES[alias].update(
+                HOST=postgres_server.host, PORT=str(postgres_server.port)
+            )
 
 
 @pytest.fixture

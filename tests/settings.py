@@ -68,6 +68,9 @@ if TEST_DB == "sqlite":
     _sqlite_file = os.path.join(
         tempfile.gettempdir(), f"delayq-tests-{os.getpid()}.sqlite3"
     )
+    _replica_file = os.path.join(
+        tempfile.gettempdir(), f"delayq-tests-{os.getpid()}-replica.sqlite3"
+    )
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
@@ -77,7 +80,14 @@ if TEST_DB == "sqlite":
                 "timeout": 30,
                 "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=OFF",
             },
-        }
+        },
+        # A read replica that never catches up (tests/routers.py): created
+        # only for the tests that ask for it.
+        "replica": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": _replica_file,
+            "TEST": {"NAME": _replica_file},
+        },
     }
 else:
     # For the test session the conftest fills in the server it starts.
@@ -88,8 +98,11 @@ else:
             "USER": os.environ.get("DELAYQ_PG_USER", "postgres"),
             "HOST": os.environ.get("DELAYQ_PG_HOST", "127.0.0.1"),
             "PORT": os.environ.get("DELAYQ_PG_PORT", "0"),
-        }
+        },
     }
+    # A read replica that never catches up (tests/routers.py): another
+    # database of the same server, created only for the tests that ask.
+    DATABASES["replica"] = {**DATABASES["default"], "NAME": "delayq_replica"}
 
 # The conftest points the session at its private redis-server. The suite
 # keeps the plain prefix in its test run (TEST_KEY_PREFIX): the commands it

@@ -36,6 +36,7 @@ from django.utils import timezone
 
 from ..exceptions import DuplicateTask
 from ..models import ACTIVE_STATUSES, DelayedTask, PeriodicSchedule, Status
+from ..outcomes import write_db
 from .declared import declared
 from .ticks import KEY_PREFIX, MAX_CATCH_UP, Schedule
 
@@ -85,7 +86,7 @@ def plan(now: datetime.datetime | None = None) -> PlanResult:
             _reported_problems.add(problem)
             logger.error("periodic schedule left out: %s", problem)
     now = _aware(timezone.now() if now is None else now)
-    rows = {row.name: row for row in PeriodicSchedule.objects.all()}
+    rows = {row.name: row for row in _schedule_rows().all()}
     _create_missing(schedules, rows, now)
     names = {schedule.name for schedule in schedules}
     for name, row in rows.items():
@@ -136,7 +137,7 @@ def _refill(
 ) -> None:
     """Write the next ticks of schedules kept until now, in one transaction."""
     horizon = now + LOOKAHEAD
-    with transaction.atomic():
+    with transaction.atomic(using=write_db()):
         won = _advance_many([row for _, row in chunk], horizon)
         plans = [
             (
@@ -169,16 +170,20 @@ def _advance_many(rows: list[PeriodicSchedule], horizon: datetime.datetime) -> s
         groups[row.planned_through].append(row.name)
     moved = 0
     for start, names in groups.items():
-        moved += PeriodicSchedule.objects.filter(
-            name__in=names, planned_through=start, paused=False, removed_at=None
-        ).update(planned_through=_db(horizon))
+        moved += (
+            _schedule_rows()
+            .filter(
+                name__in=names, planned_through=start, paused=False, removed_at=None
+            )
+            .update(planned_through=_db(horizon))
+        )
     names = [row.name for row in rows]
     if moved == len(names):
         return set(names)
     return set(
-        PeriodicSchedule.objects.filter(
-            name__in=names, planned_through=_db(horizon)
-        ).values_list("name", flat=True)
+        _schedule_rows()
+        .filter(name__in=names, planned_through=_db(horizon))
+        .values_list("name", flat=True)
     )
 
 
@@ -196,8 +201,8 @@ def _create_missing(
     ]
     if not new:
         return
-    PeriodicSchedule.objects.bulk_create(new, ignore_conflicts=True)
-    for row in PeriodicSchedule.objects.filter(name__in=[r.name for r in new]):
+    _schedule_rows().bulk_create(new, ignore_conflicts=True)
+    for row in _schedule_rows().filter(name__in=[r.name for r in new]):
         rows[row.name] = row
 
 
@@ -210,7 +215,7 @@ def _plan_one(
     start = _aware(row.planned_through)
     horizon = now + LOOKAHEAD
     missed_by = now - MISSED_AFTER
-    with transaction.atomic():
+    with transaction.atomic(using=write_db()):
         if not _advance(row, start, horizon):
             return  # another planner wrote them
         ticks = _catch_up(schedule, start, missed_by, result)
@@ -227,13 +232,15 @@ def _advance(
     """Move ``planned_through`` from ``start`` to ``horizon`` unless another
     planner moved it first (or the schedule was paused or changed)."""
     return (
-        PeriodicSchedule.objects.filter(
+        _schedule_rows()
+        .filter(
             name=row.name,
             planned_through=row.planned_through,
             definition=row.definition,
             paused=False,
             removed_at=None,
-        ).update(planned_through=_db(horizon))
+        )
+        .update(planned_through=_db(horizon))
         == 1
     )
 
@@ -308,9 +315,9 @@ def _write(plans: list[tuple[Schedule, list[datetime.datetime]]]) -> None:
     ]
     held = {
         key
-        for key, status in DelayedTask.objects.filter(
-            key__in=[key for _, _, key in wanted]
-        ).values_list("key", "status")
+        for key, status in _task_rows()
+        .filter(key__in=[key for _, _, key in wanted])
+        .values_list("key", "status")
         if status in ACTIVE_STATUSES
     }
     calls = [
@@ -341,14 +348,20 @@ def _restart(
     Cancel them and plan the new definition from now (``row`` is updated,
     for the caller to plan it in this round); ticks already due are left to
     run. False if another process did it first."""
-    with transaction.atomic():
-        updated = PeriodicSchedule.objects.filter(
-            name=row.name,
-            definition=row.definition,
-            planned_through=row.planned_through,
-            removed_at=row.removed_at,
-        ).update(
-            definition=schedule.definition, planned_through=_db(now), removed_at=None
+    with transaction.atomic(using=write_db()):
+        updated = (
+            _schedule_rows()
+            .filter(
+                name=row.name,
+                definition=row.definition,
+                planned_through=row.planned_through,
+                removed_at=row.removed_at,
+            )
+            .update(
+                definition=schedule.definition,
+                planned_through=_db(now),
+                removed_at=None,
+            )
         )
         if not updated:
             return False
@@ -371,10 +384,12 @@ def _restart(
 
 def _retire(row: PeriodicSchedule, now: datetime.datetime, result: PlanResult) -> None:
     """The code no longer declares the schedule: stop its future ticks."""
-    with transaction.atomic():
-        updated = PeriodicSchedule.objects.filter(
-            name=row.name, removed_at=None
-        ).update(removed_at=_db(now))
+    with transaction.atomic(using=write_db()):
+        updated = (
+            _schedule_rows()
+            .filter(name=row.name, removed_at=None)
+            .update(removed_at=_db(now))
+        )
         if not updated:
             return
         cancelled = _cancel(_future_ticks(row.name, now))
@@ -388,7 +403,7 @@ def _retire(row: PeriodicSchedule, now: datetime.datetime, result: PlanResult) -
 
 
 def _ticks_of(name: str) -> QuerySet[DelayedTask]:
-    return DelayedTask.objects.filter(
+    return _task_rows().filter(
         key__startswith=f"{KEY_PREFIX}{name}@", status=Status.SCHEDULED
     )
 
@@ -426,11 +441,11 @@ def pause(name: str) -> int:
         ever planned.
     """
     now = timezone.now()
-    with transaction.atomic():
-        row = PeriodicSchedule.objects.select_for_update().get(name=name)
+    with transaction.atomic(using=write_db()):
+        row = _schedule_rows().select_for_update().get(name=name)
         if row.paused:
             return 0
-        PeriodicSchedule.objects.filter(name=name).update(paused=True, paused_at=now)
+        _schedule_rows().filter(name=name).update(paused=True, paused_at=now)
         cancelled = _cancel(_future_ticks(name, now))
     logger.warning(
         "periodic schedule %s paused; %d tick(s) not yet due cancelled", name, cancelled
@@ -446,15 +461,26 @@ def resume(name: str) -> bool:
     :raises PeriodicSchedule.DoesNotExist: as :func:`pause`.
     """
     now = timezone.now()
-    with transaction.atomic():
-        row = PeriodicSchedule.objects.select_for_update().get(name=name)
+    with transaction.atomic(using=write_db()):
+        row = _schedule_rows().select_for_update().get(name=name)
         if not row.paused:
             return False
-        PeriodicSchedule.objects.filter(name=name).update(
+        _schedule_rows().filter(name=name).update(
             paused=False, paused_at=None, planned_through=now
         )
     logger.warning("periodic schedule %s resumed", name)
     return True
+
+
+def _schedule_rows() -> QuerySet[PeriodicSchedule]:
+    """The schedules' rows, on the task rows' database (:func:`write_db`):
+    the compare-and-set of ``planned_through`` commits with the ticks it
+    writes, and a read replica, where the router sends reads, may lag."""
+    return PeriodicSchedule.objects.using(write_db())
+
+
+def _task_rows() -> QuerySet[DelayedTask]:
+    return DelayedTask.objects.using(write_db())
 
 
 def _db(value: datetime.datetime) -> datetime.datetime:
