@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import router, transaction
+from django.db import connections, router, transaction
 from django.db.models import QuerySet
 
 from .exceptions import InvalidArgument
@@ -100,4 +100,29 @@ def write_alias(using: str | None) -> str:
             "set_autocommit(False) it cannot know when your transaction "
             "commits. Wrap the call in transaction.atomic() instead."
         )
+    if not connection.in_atomic_block:
+        _refuse_transactions_elsewhere(db)
     return db
+
+
+def _refuse_transactions_elsewhere(db: str) -> None:
+    """Refuse a call made inside a transaction of another database than the
+    task rows' ``db``: the row would commit at once, on its own, and the
+    task run even if the caller's transaction rolled back (or be cancelled
+    although it did not commit)."""
+    elsewhere = sorted(
+        connection.alias
+        for connection in connections.all(initialized_only=True)
+        if connection.alias != db and connection.in_atomic_block
+    )
+    if elsewhere:
+        raise InvalidArgument(
+            f"Called inside a transaction of database {elsewhere[0]!r}, but "
+            f"task rows live in {db!r} (the router's database for writing "
+            f"DelayedTask): the row would commit at once, on its own, whether "
+            f"or not your transaction does. Route django-delayq's models to "
+            f"{elsewhere[0]!r}, so that the row is written in your "
+            f"transaction, or make the call once it commits: "
+            f"transaction.on_commit(lambda: schedule(...), using="
+            f"{elsewhere[0]!r})."
+        )

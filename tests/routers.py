@@ -18,3 +18,17 @@ class ReadReplicaRouter:
 
     def allow_relation(self, obj1: Any, obj2: Any, **hints: Any) -> bool:
         return True
+
+
+class TasksElsewhereRouter:
+    """django-delayq's tables on a database of their own (``replica`` plays
+    it), everything else on ``default``."""
+
+    def _ours(self, model: Any) -> bool:
+        return bool(model._meta.app_label == "django_delayq")
+
+    def db_for_read(self, model: Any, **hints: Any) -> str | None:
+        return "replica" if self._ours(model) else None
+
+    def db_for_write(self, model: Any, **hints: Any) -> str | None:
+        return "replica" if self._ours(model) else None

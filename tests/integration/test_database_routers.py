@@ -38,3 +38,59 @@ def test_the_planner_reads_and_writes_the_schedules_on_the_primary(redis_client)
     assert PeriodicSchedule.objects.using("default").get(name="ticks")
     assert not DelayedTask.objects.using("replica").exists()
     assert not PeriodicSchedule.objects.using("replica").exists()
+
+
+@override_settings(DATABASE_ROUTERS=["tests.routers.TasksElsewhereRouter"])
+def test_the_whole_flow_runs_on_the_database_of_the_task_tables(redis_client):
+    from django.core.management import call_command
+
+    from django_delayq import cancel, schedule
+    from tests.helpers import drain
+    from tests.testapp.tasks import add
+
+    ran = schedule(add, args=[1, 2])
+    cancelled = schedule(add, args=[3, 4], delay=60)
+    assert cancel(cancelled)
+    drain()
+    call_command("delayq_sweep", once=True, verbosity=0)
+    rows = DelayedTask.objects.using("replica")
+    assert rows.get(pk=ran.pk).status == "succeeded"
+    assert rows.get(pk=cancelled.pk).status == "cancelled"
+    assert not DelayedTask.objects.using("default").exists()
+
+
+@override_settings(DATABASE_ROUTERS=["tests.routers.TasksElsewhereRouter"])
+def test_schedule_in_a_transaction_of_another_database_is_refused(redis_client):
+    from django.db import transaction
+
+    from django_delayq import cancel, schedule
+    from django_delayq.exceptions import InvalidArgument
+    from tests.testapp.models import Order
+    from tests.testapp.tasks import add
+
+    kept = schedule(add, args=[0, 0], delay=60)
+    # A transaction of the default database, where the shop's data is.
+    with pytest.raises(InvalidArgument) as refused, transaction.atomic():
+        Order.objects.create()
+        schedule(add, args=[1, 2], delay=60)
+    assert not Order.objects.exists()
+    assert str(refused.value).startswith(
+        "Called inside a transaction of database 'default', but task rows live "
+        "in 'replica' (the router's database for writing DelayedTask): the row "
+        "would commit at once, on its own"
+    )
+    with pytest.raises(InvalidArgument), transaction.atomic():
+        cancel(kept)
+    assert list(DelayedTask.objects.using("replica")) == [kept]
+    assert DelayedTask.objects.using("replica").get().status == "scheduled"
+
+    # The two ways the message gives: the call once the transaction commits,
+    # or a transaction of the task rows' database.
+    with transaction.atomic():
+        transaction.on_commit(lambda: schedule(add, args=[3, 4], delay=60))
+    with transaction.atomic(using="replica"):
+        schedule(add, args=[5, 6], delay=60)
+    assert sorted(
+        args
+        for args in DelayedTask.objects.using("replica").values_list("args", flat=True)
+    ) == [[0, 0], [3, 4], [5, 6]]
