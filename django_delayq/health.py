@@ -32,7 +32,7 @@ import datetime
 from collections.abc import Iterator
 from typing import Any
 
-from django.db import DatabaseError, close_old_connections, router
+from django.db import DatabaseError, close_old_connections
 from django.http import HttpRequest, HttpResponseBase
 from health_check import views
 from health_check.base import HealthCheck
@@ -40,7 +40,7 @@ from health_check.exceptions import ServiceUnavailable, ServiceWarning
 
 from . import status
 from .exceptions import RedisUnavailable
-from .models import DelayedTask
+from .models import DelayedTask, read_db
 from .store import stats
 from .store.connection import get_client
 from .store.errors import error_text
@@ -69,7 +69,7 @@ class Reachable(HealthCheck):  # type: ignore[misc]  # untyped base
             down.append(("Redis", error_text(exc)))
         try:
             # One row at most, on any index: the table is there and answers.
-            db = router.db_for_read(DelayedTask)
+            db = read_db()
             DelayedTask.objects.using(db).order_by().values("pk")[:1].exists()
         except DatabaseError as exc:
             down.append(("the database", f"{type(exc).__name__}: {exc}"))

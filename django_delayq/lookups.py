@@ -12,11 +12,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections, router, transaction
+from django.db import connections, transaction
 from django.db.models import QuerySet
 
 from .exceptions import InvalidArgument
-from .models import ACTIVE_STATUSES, DelayedTask
+from .models import ACTIVE_STATUSES, DelayedTask, write_db
 from .text import check_text
 
 
@@ -83,7 +83,7 @@ def write_alias(using: str | None) -> str:
     Redis is written from ``on_commit``, which needs either autocommit or an
     ``atomic()`` block; checking first means nothing is written in vain.
     """
-    db = router.db_for_write(DelayedTask)
+    db = write_db()
     if using is not None and using != db:
         # Workers and sweepers read rows from the router's write database;
         # a row written elsewhere would never run.

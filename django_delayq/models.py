@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from django.db import models
+from django.db import models, router
 from django.db.models import Q, Value
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -259,3 +259,19 @@ class PeriodicSchedule(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+def write_db() -> str:
+    """The database of every django-delayq row and transaction: the one the
+    router names for writing :class:`DelayedTask`, never a replica, which
+    may lag. Outbox entries and periodic schedules live there too (their
+    rows commit with the tasks'): ``delayq.E018`` refuses a router that
+    sends them elsewhere. The one place that decides it."""
+    return router.db_for_write(DelayedTask)
+
+
+def read_db() -> str:
+    """Where the reports (``delayq_status``, the health check, the backlog
+    gauges) read counts: the router's database for reading
+    :class:`DelayedTask`, a replica if it names one."""
+    return router.db_for_read(DelayedTask)

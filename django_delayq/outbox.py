@@ -13,13 +13,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from django.db import DatabaseError, router, transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from . import signals
 from .conf import Settings, get_settings
 from .exceptions import KeyPrefixInUse
-from .models import DelayedTask, OutboxEntry, Status
+from .models import DelayedTask, OutboxEntry, Status, write_db
 from .ownership import check_prefix_for_writes
 from .store import index
 from .store.connection import (
@@ -201,7 +201,7 @@ def replay_outbox(
     Replayed entries are deleted; on a Redis error they stay, with the error
     and an exponential backoff before the next try.
     """
-    db = using or router.db_for_write(OutboxEntry)
+    db = using or write_db()
     now = timezone.now() if now is None else now
     entries = list(
         OutboxEntry.objects.using(db)

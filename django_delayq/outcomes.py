@@ -21,12 +21,12 @@ import logging
 import random
 import traceback
 
-from django.db import router, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from . import signals, transitions
 from .conf import get_settings
-from .models import DelayedTask, OutboxEntry, Status
+from .models import DelayedTask, OutboxEntry, Status, write_db
 from .outbox import index_after_commit
 from .timing import ceil_ms, lateness
 
@@ -41,11 +41,6 @@ class Verdict(enum.Enum):
     RETRYING = "retrying"
     FAILED = "failed"
     FENCED = "fenced"  # the attempt is not this worker's any more
-
-
-def write_db() -> str:
-    """The database of task rows: always the primary, as a replica may lag."""
-    return router.db_for_write(DelayedTask)
 
 
 def worker_lost(row: DelayedTask, detail: str = "") -> str:

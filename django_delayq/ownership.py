@@ -31,13 +31,13 @@ import hashlib
 import logging
 import time
 
-from django.db import DatabaseError, connections, router
+from django.db import DatabaseError, connections
 from django.db.migrations.recorder import MigrationRecorder
 
 from .checks import ids as check_ids
 from .conf import Settings, get_settings
 from .exceptions import KeyPrefixInUse, RedisUnavailable
-from .models import DelayedTask
+from .models import write_db
 from .store.connection import Client, get_client
 from .store.ownership import claim_prefix, owner_key
 
@@ -58,7 +58,7 @@ _writable: tuple[Settings, str, float] | None = None
 def fingerprint(using: str | None = None) -> str | None:
     """This project's fingerprint, from the database of task rows; None if
     that database has no record of django-delayq's first migration."""
-    alias = using or router.db_for_write(DelayedTask)
+    alias = using or write_db()
     if alias not in _fingerprints:
         try:
             recorded = (

@@ -28,13 +28,13 @@ import datetime
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from django.db import DatabaseError, router
+from django.db import DatabaseError
 from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from .conf import get_settings
 from .exceptions import RedisUnavailable
-from .models import DelayedTask, OutboxEntry, Status
+from .models import DelayedTask, OutboxEntry, Status, read_db
 from .recurring.overview import (
     BEHIND_AFTER,
     ScheduleState,
@@ -145,7 +145,7 @@ def _read_database(
     threshold: datetime.timedelta,
     probe: bool,
 ) -> None:
-    db = router.db_for_read(DelayedTask)
+    db = read_db()
     limit = PROBE_LIMIT if probe else None
     try:
         rows = DelayedTask.objects.using(db).order_by()

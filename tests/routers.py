@@ -32,3 +32,10 @@ class TasksElsewhereRouter:
 
     def db_for_write(self, model: Any, **hints: Any) -> str | None:
         return "replica" if self._ours(model) else None
+
+
+class OutboxApartRouter:
+    """The outbox on ``replica``, the task rows on ``default``: a mistake."""
+
+    def db_for_write(self, model: Any, **hints: Any) -> str | None:
+        return "replica" if model.__name__ == "OutboxEntry" else None

@@ -33,6 +33,30 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
     return messages
 
 
+def check_databases(**kwargs: Any) -> list[CheckMessage]:
+    """Report a database router that sends django-delayq's models to
+    different databases (``delayq.E018``): an outbox entry commits with its
+    task, a periodic schedule's compare-and-set with its ticks."""
+    from django.db import router
+
+    from ..models import OutboxEntry, PeriodicSchedule, write_db
+
+    tasks = write_db()
+    return [
+        Error(
+            f"The database router sends {model.__name__} rows to {other!r} "
+            f"and DelayedTask rows to {tasks!r}: django-delayq's rows commit "
+            f"together, so they must share one database.",
+            hint="Route every model of the django_delayq app to one database "
+            "(db_for_write, and allow_migrate for its migrations).",
+            obj=model,
+            id=check_ids.DATABASES_APART,
+        )
+        for model in (OutboxEntry, PeriodicSchedule)
+        if (other := router.db_for_write(model)) != tasks
+    ]
+
+
 def check_tasks(**kwargs: Any) -> list[CheckMessage]:
     """Report registered tasks whose queue is not configured (``delayq.E008``)."""
     try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterable, Iterator
 
-from django.db import DatabaseError, connections, router
+from django.db import DatabaseError, connections
 from django.db.models import Count, Min, Q
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 
 from ..conf import get_settings
 from ..exceptions import RedisUnavailable
-from ..models import DelayedTask, OutboxEntry, Status
+from ..models import DelayedTask, OutboxEntry, Status, read_db
 from ..recurring.overview import STATES, declared_names, schedule_states
 from ..store import stats
 from ..store.connection import get_client
@@ -141,7 +141,7 @@ class BacklogCollector(Collector):
         self, queues: list[str], families: dict[str, GaugeMetricFamily]
     ) -> bool:
         now = timezone.now()
-        db = router.db_for_read(DelayedTask)
+        db = read_db()
         try:
             due = _by_queue(
                 DelayedTask.objects.using(db)

@@ -24,13 +24,12 @@ from collections.abc import Sequence
 from functools import reduce
 from operator import or_
 
-from django.db import router
 from django.db.models import Q
 from django.utils import timezone
 
 from ..conf import get_settings
 from ..exceptions import RedisUnavailable
-from ..models import DelayedTask, Status
+from ..models import DelayedTask, Status, write_db
 from ..store import epochs
 from ..store.connection import Client
 from ..store.errors import error_text
@@ -65,7 +64,7 @@ def rebuild(
     if not claimed:
         return [], result
     settings = get_settings()
-    db = router.db_for_write(DelayedTask)
+    db = write_db()
     now = timezone.now()
     horizon = now + datetime.timedelta(seconds=settings.reconcile_horizon)
     soon = min(now + datetime.timedelta(seconds=SOON), horizon)

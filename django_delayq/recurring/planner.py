@@ -35,8 +35,13 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from ..exceptions import DuplicateTask
-from ..models import ACTIVE_STATUSES, DelayedTask, PeriodicSchedule, Status
-from ..outcomes import write_db
+from ..models import (
+    ACTIVE_STATUSES,
+    DelayedTask,
+    PeriodicSchedule,
+    Status,
+    write_db,
+)
 from .declared import declared
 from .ticks import KEY_PREFIX, MAX_CATCH_UP, Schedule
 

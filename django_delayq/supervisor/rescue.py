@@ -44,9 +44,9 @@ from django.db import DatabaseError, connections, transaction
 
 from .. import transitions
 from ..exceptions import RedisUnavailable
-from ..models import DelayedTask, OutboxEntry, Status
+from ..models import DelayedTask, OutboxEntry, Status, write_db
 from ..outbox import index_after_commit
-from ..outcomes import Verdict, record_failure, worker_lost, write_db
+from ..outcomes import Verdict, record_failure, worker_lost
 from ..store import streams
 from ..store.connection import Client, get_client
 from ..store.errors import error_text

@@ -13,14 +13,14 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import DatabaseError, router
+from django.db import DatabaseError
 from django.utils import timezone
 
 from .. import signals
 from ..conf import get_settings
 from ..exceptions import RedisUnavailable
 from ..ids import process_name
-from ..models import DelayedTask, Status
+from ..models import DelayedTask, Status, write_db
 from ..outbox import replay_outbox
 from ..ownership import check_prefix_if_reachable
 from ..reconcile.shard import Repairs, ShardRows, Window, repair_shard
@@ -117,7 +117,7 @@ class Sweeper:
         self.settings = get_settings()
         # Rows are read from the primary, like the workers do: a lagging
         # replica could make a task scheduled a moment ago look like a ghost.
-        self.db = router.db_for_write(DelayedTask)
+        self.db = write_db()
         self.progress = progress or (lambda line: None)
         self.token = process_name()
         self._stopping = threading.Event()

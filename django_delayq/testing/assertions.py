@@ -9,8 +9,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from .. import registry
-from ..models import DelayedTask, Status
-from ..outcomes import write_db
+from ..models import DelayedTask, Status, write_db
 
 #: A due time to match: one moment, or a window ``(earliest, latest)``
 #: (either end may be None: open).

@@ -37,8 +37,7 @@ from .. import registry
 from ..conf import get_settings
 from ..exceptions import TaskNotRegistered, TooManyRuns
 from ..ids import process_name
-from ..models import DelayedTask, Status
-from ..outcomes import write_db
+from ..models import DelayedTask, Status, write_db
 from ..store.keys import shard_keys
 from ..timing import ceil_ms
 from ..worker.execution import execute

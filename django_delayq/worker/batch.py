@@ -27,8 +27,7 @@ from django.utils import timezone
 
 from .. import registry, signals, transitions
 from ..exceptions import TaskNotRegistered
-from ..models import DelayedTask, Status
-from ..outcomes import write_db
+from ..models import DelayedTask, Status, write_db
 from ..store import activity, streams
 from ..store.connection import Client
 from ..timing import lateness

@@ -36,7 +36,7 @@ from ..exceptions import (
     TaskRefused,
     TimeLimitExceeded,
 )
-from ..models import DelayedTask, OutboxEntry, Status
+from ..models import DelayedTask, OutboxEntry, Status, write_db
 from ..outbox import index_after_commit
 from ..outcomes import (
     Verdict,
@@ -45,7 +45,6 @@ from ..outcomes import (
     report_start,
     report_success,
     worker_lost,
-    write_db,
 )
 from ..ownership import check_prefix
 from ..payload import check_value

@@ -19,9 +19,9 @@ from django.db import connections, transaction
 from .. import transitions
 from ..conf import get_settings
 from ..exceptions import TimeLimitExceeded
-from ..models import DelayedTask, OutboxEntry
+from ..models import DelayedTask, OutboxEntry, write_db
 from ..outbox import index_after_commit
-from ..outcomes import record_failure, write_db
+from ..outcomes import record_failure
 from ..store import streams
 from ..store.connection import Client
 from ..store.keys import shard_keys

@@ -94,3 +94,21 @@ def test_schedule_in_a_transaction_of_another_database_is_refused(redis_client):
         args
         for args in DelayedTask.objects.using("replica").values_list("args", flat=True)
     ) == [[0, 0], [3, 4], [5, 6]]
+
+
+@override_settings(DATABASE_ROUTERS=["tests.routers.OutboxApartRouter"])
+def test_a_router_that_splits_the_apps_models_is_e018():
+    from django.core import checks
+
+    [error] = [m for m in checks.run_checks() if m.id == "delayq.E018"]
+    assert error.msg == (
+        "The database router sends OutboxEntry rows to 'replica' and "
+        "DelayedTask rows to 'default': django-delayq's rows commit together, "
+        "so they must share one database."
+    )
+
+
+def test_without_a_router_there_is_no_e018():
+    from django.core import checks
+
+    assert not [m for m in checks.run_checks() if m.id == "delayq.E018"]

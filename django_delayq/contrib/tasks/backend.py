@@ -27,7 +27,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from django.apps import apps
 from django.core import checks
-from django.db import router, transaction
+from django.db import transaction
 from django.utils.module_loading import import_string
 
 from ... import conf, registry
@@ -131,7 +131,7 @@ class DelayQueueBackend(BaseTaskBackend):
         self.validate_task(task)
         self._check_declared(task)
         from ... import api
-        from ...models import DelayedTask
+        from ...models import write_db
 
         # An argument JSON cannot hold raises UnsupportedPayloadType, a
         # TypeError naming the place and the fix, then with the words of
@@ -148,19 +148,19 @@ class DelayQueueBackend(BaseTaskBackend):
         result = result_of(row, task, self.alias)
         transaction.on_commit(
             functools.partial(send, task_enqueued, self, result),
-            using=router.db_for_write(DelayedTask),
+            using=write_db(),
         )
         return result
 
     def get_result(self, result_id: str) -> TaskResult[..., Any]:
         """Read the result from the task's row (primary database)."""
-        from ...models import DelayedTask
+        from ...models import DelayedTask, write_db
 
         try:
             task_id = uuid.UUID(str(result_id))
         except ValueError:
             raise TaskResultDoesNotExist(result_id) from None
-        db = router.db_for_write(DelayedTask)
+        db = write_db()
         row = DelayedTask.objects.using(db).filter(pk=task_id).first()
         if row is None:
             raise TaskResultDoesNotExist(result_id)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError, connections, router
+from django.db import DatabaseError, connections
 
 from django_delayq.exceptions import RedisUnavailable, WorkerStuck
 from django_delayq.management.lifecycle import (
@@ -19,7 +19,7 @@ from django_delayq.management.metrics import (
     metrics_served,
 )
 from django_delayq.management.processes import add_process_options, process_options
-from django_delayq.models import DelayedTask
+from django_delayq.models import write_db
 from django_delayq.store.errors import error_text
 from django_delayq.supervisor import Supervisor
 from django_delayq.worker import Worker
@@ -39,7 +39,7 @@ IN_TRANSACTION = (
 
 def caller_in_transaction() -> bool:
     """Whether this thread holds a transaction on the task rows' database."""
-    alias = router.db_for_write(DelayedTask)
+    alias = write_db()
     return connections[alias].in_atomic_block
 
 
