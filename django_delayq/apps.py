@@ -21,6 +21,7 @@ class DelayQueueConfig(AppConfig):
         register(config.check_settings, "django_delayq")
         register(config.check_tasks, "django_delayq")
         register(config.check_databases, "django_delayq")
+        register(config.check_database_vendor, "django_delayq")
         register(config.check_tasks_framework, "django_delayq")
         register(config.check_periodic, "django_delayq")
         # Needs the database and Redis: run by `check --database` and by

@@ -39,3 +39,16 @@ class OutboxApartRouter:
 
     def db_for_write(self, model: Any, **hints: Any) -> str | None:
         return "replica" if model.__name__ == "OutboxEntry" else None
+
+
+class MySQLRouter:
+    """django-delayq's tables on the ``mysql`` alias (tests/backends)."""
+
+    def _ours(self, model: Any) -> bool:
+        return bool(model._meta.app_label == "django_delayq")
+
+    def db_for_read(self, model: Any, **hints: Any) -> str | None:
+        return "mysql" if self._ours(model) else None
+
+    def db_for_write(self, model: Any, **hints: Any) -> str | None:
+        return "mysql" if self._ours(model) else None

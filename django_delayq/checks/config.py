@@ -57,6 +57,35 @@ def check_databases(**kwargs: Any) -> list[CheckMessage]:
     ]
 
 
+#: The databases every guarantee is tested on (docs/requirements.md).
+SUPPORTED_VENDORS = ("postgresql", "sqlite")
+
+
+def check_database_vendor(**kwargs: Any) -> list[CheckMessage]:
+    """Refuse a database the guarantees are not tested on (``delayq.E019``):
+    on MySQL and MariaDB dedupe keys are not enforced (no conditional unique
+    index) and tasks have been lost under faults."""
+    from django.db import connections
+
+    from ..models import write_db
+
+    alias = write_db()
+    vendor = connections[alias].vendor
+    if vendor in SUPPORTED_VENDORS:
+        return []
+    return [
+        Error(
+            f"The task rows' database {alias!r} is {vendor}, which django-delayq "
+            f"does not support yet: its guarantees (a dedupe key held by one "
+            f"active task, nothing lost under faults) hold on PostgreSQL and "
+            f"SQLite only.",
+            hint="Route django-delayq's models to a PostgreSQL (or SQLite) "
+            "database with a database router; see docs/requirements.md.",
+            id=check_ids.DATABASE_UNSUPPORTED,
+        )
+    ]
+
+
 def check_tasks(**kwargs: Any) -> list[CheckMessage]:
     """Report registered tasks whose queue is not configured (``delayq.E008``)."""
     try:

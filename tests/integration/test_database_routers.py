@@ -112,3 +112,20 @@ def test_without_a_router_there_is_no_e018():
     from django.core import checks
 
     assert not [m for m in checks.run_checks() if m.id == "delayq.E018"]
+
+
+@override_settings(DATABASE_ROUTERS=["tests.routers.MySQLRouter"])
+def test_a_mysql_database_for_the_task_rows_is_refused_as_e019():
+    from django.core import checks
+
+    [error] = [m for m in checks.run_checks() if m.id == "delayq.E019"]
+    assert error.msg.startswith(
+        "The task rows' database 'mysql' is mysql, which django-delayq does "
+        "not support yet"
+    )
+
+
+def test_postgresql_and_sqlite_are_not_e019():
+    from django.core import checks
+
+    assert not [m for m in checks.run_checks() if m.id == "delayq.E019"]
