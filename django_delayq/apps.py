@@ -32,13 +32,14 @@ class DelayQueueConfig(AppConfig):
         setting_changed.connect(
             _reset_connections, dispatch_uid="django_delayq.connection.reset"
         )
-        _install_tasks_backend()
         # A worker runs the ticks of DELAYQ["PERIODIC"] entries whose
-        # function is no @task: it finds them in the setting by name.
+        # function is no @task: it finds them in the setting by name. First,
+        # as the cheaper look-up (the setting, read once per change).
         from . import registry
         from .recurring.declared import task_from_setting
 
         registry.add_fallback(task_from_setting)
+        _install_tasks_backend()
 
 
 def _reset_connections(**kwargs: object) -> None:

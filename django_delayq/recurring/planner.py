@@ -34,7 +34,8 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from ..exceptions import DuplicateTask
+from .. import registry
+from ..exceptions import DuplicateTask, TaskNotRegistered
 from ..models import (
     ACTIVE_STATUSES,
     DelayedTask,
@@ -398,13 +399,42 @@ def _retire(row: PeriodicSchedule, now: datetime.datetime, result: PlanResult) -
         if not updated:
             return
         cancelled = _cancel(_future_ticks(row.name, now))
+        stranded = _cancel(
+            _unrunnable(_ticks_of(row.name).filter(run_at__lte=_db(now)))
+        )
     logger.warning(
         "periodic schedule %s is no longer declared in the code: its %d future "
-        "tick(s) were cancelled and it writes no more (ticks already due still run)",
+        "tick(s) were cancelled and it writes no more (ticks already due still "
+        "run%s)",
         row.name,
         cancelled,
+        f"; {stranded} of them were cancelled too, as no task of this "
+        f"deployment runs them"
+        if stranded
+        else "",
     )
     result.removed.append(row.name)
+
+
+def _unrunnable(ticks: Iterable[DelayedTask]) -> list[DelayedTask]:
+    """The ticks whose task this deployment does not know: those of a
+    ``DELAYQ["PERIODIC"]`` entry that was removed with its schedule (its
+    function ran under the schedule's name, with the entry's arguments), or
+    of a ``@periodic`` function gone from the code. A worker could only
+    fail them, "not registered", attempt after attempt."""
+    known: dict[str, bool] = {}
+    stranded = []
+    for tick in ticks:
+        if tick.name not in known:
+            try:
+                registry.get(tick.name)
+            except TaskNotRegistered:
+                known[tick.name] = False
+            else:
+                known[tick.name] = True
+        if not known[tick.name]:
+            stranded.append(tick)
+    return stranded
 
 
 def _ticks_of(name: str) -> QuerySet[DelayedTask]:

@@ -150,15 +150,38 @@ def test_a_changed_definition_replaces_the_ticks_not_yet_due(declare, caplog):
 def test_a_removed_schedule_stops_and_says_so(declare, caplog):
     declare(every=datetime.timedelta(seconds=1))
     plan(now=T0)
+    # The schedule is gone from the code; its function is still a task (its
+    # @periodic became a @task, say).
     forget("ticks")
-    unregister("ticks")
     now = T0 + datetime.timedelta(seconds=1, milliseconds=500)
     with caplog.at_level(logging.WARNING, logger="django_delayq"):
         plan(now=now)
         plan(now=now + datetime.timedelta(seconds=10))
     assert caplog.text.count("periodic schedule ticks is no longer declared") == 1
     assert times(ticks(status=Status.SCHEDULED)) == ["10:00:01"]  # already due
+    assert times(ticks(status=Status.CANCELLED)) == [
+        "10:00:02",
+        "10:00:03",
+        "10:00:04",
+        "10:00:05",
+    ]
     assert PeriodicSchedule.objects.get(name="ticks").removed_at == now
+
+
+def test_a_removed_schedules_due_ticks_no_task_runs_are_cancelled(declare, caplog):
+    declare(every=datetime.timedelta(seconds=1))
+    plan(now=T0)
+    # Gone with its function's registration: no worker could run its ticks.
+    forget("ticks")
+    unregister("ticks")
+    now = T0 + datetime.timedelta(seconds=1, milliseconds=500)
+    with caplog.at_level(logging.WARNING, logger="django_delayq"):
+        plan(now=now)
+    assert "1 of them were cancelled too, as no task of this deployment" in (
+        caplog.text
+    )
+    assert times(ticks(status=Status.SCHEDULED)) == []
+    assert len(ticks(status=Status.CANCELLED)) == 5
 
 
 def test_a_paused_schedule_writes_nothing(declare):

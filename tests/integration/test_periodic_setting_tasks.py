@@ -223,3 +223,21 @@ def test_declared_arguments_a_row_cannot_hold_are_reported(settings):
     }
     [error] = [m for m in checks.run_checks() if m.id == "delayq.E015"]
     assert error.msg.startswith("DELAYQ[\"PERIODIC\"]['dump']: kwargs['obj']")
+
+
+def test_a_removed_entrys_due_ticks_are_cancelled_not_failed(
+    redis_client, settings, ledger_ticks, caplog
+):
+    # Planned while the entry was there (every minute): its tick of 10:00 is
+    # due when the deploy that removes the entry plans.
+    plan(now=T0)
+    ticks = DelayedTask.objects.filter(key__startswith="periodic:ledger@")
+    assert ticks.count() == 1
+    settings.DELAYQ = {**settings.DELAYQ, "PERIODIC": {}}
+    with caplog.at_level("WARNING", logger="django_delayq"):
+        result = plan(now=T0 + datetime.timedelta(seconds=30))
+    assert result.removed == ["ledger"]
+    # No worker of this deployment could run them: cancelled, not left to
+    # fail "not registered" attempt after attempt.
+    assert set(ticks.values_list("status", flat=True)) == {Status.CANCELLED}
+    assert "as no task of this deployment runs them" in caplog.text
