@@ -20,18 +20,26 @@ class ReadReplicaRouter:
         return True
 
 
-class TasksElsewhereRouter:
-    """django-delayq's tables on a database of their own (``replica`` plays
-    it), everything else on ``default``."""
+class TasksOnAnotherDatabase:
+    """django-delayq's tables on the database ``alias``, everything else on
+    ``default``."""
+
+    alias = ""
 
     def _ours(self, model: Any) -> bool:
         return bool(model._meta.app_label == "django_delayq")
 
     def db_for_read(self, model: Any, **hints: Any) -> str | None:
-        return "replica" if self._ours(model) else None
+        return self.alias if self._ours(model) else None
 
     def db_for_write(self, model: Any, **hints: Any) -> str | None:
-        return "replica" if self._ours(model) else None
+        return self.alias if self._ours(model) else None
+
+
+class TasksElsewhereRouter(TasksOnAnotherDatabase):
+    """On a database of their own (``replica`` plays it)."""
+
+    alias = "replica"
 
 
 class OutboxApartRouter:
@@ -41,14 +49,7 @@ class OutboxApartRouter:
         return "replica" if model.__name__ == "OutboxEntry" else None
 
 
-class MySQLRouter:
-    """django-delayq's tables on the ``mysql`` alias (tests/backends)."""
+class MySQLRouter(TasksOnAnotherDatabase):
+    """On the ``mysql`` alias (tests/backends)."""
 
-    def _ours(self, model: Any) -> bool:
-        return bool(model._meta.app_label == "django_delayq")
-
-    def db_for_read(self, model: Any, **hints: Any) -> str | None:
-        return "mysql" if self._ours(model) else None
-
-    def db_for_write(self, model: Any, **hints: Any) -> str | None:
-        return "mysql" if self._ours(model) else None
+    alias = "mysql"
