@@ -75,6 +75,23 @@ def django_db_modify_db_settings(
             )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _json_support_known(django_db_setup: None, django_db_blocker: Any) -> None:
+    """Read once, while allowed, whether each SQLite database supports JSON.
+
+    Django 6's system checks ask every database alias, also those a test did
+    not ask for (the router tests' ``replica``), and SQLite answers with a
+    query, which such a test forbids: ``checks.run_checks()`` would then fail
+    in every test that runs before the first test that asks for it.
+    """
+    from django.db import connections
+
+    with django_db_blocker.unblock():
+        for connection in connections.all():
+            if connection.vendor == "sqlite":
+                assert connection.features.supports_json_field
+
+
 @pytest.fixture
 def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
     """A raw client on the suite's Redis, emptied before each test."""

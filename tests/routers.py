@@ -47,9 +47,3 @@ class OutboxApartRouter:
 
     def db_for_write(self, model: Any, **hints: Any) -> str | None:
         return "replica" if model.__name__ == "OutboxEntry" else None
-
-
-class MySQLRouter(TasksOnAnotherDatabase):
-    """On the ``mysql`` alias (tests/backends)."""
-
-    alias = "mysql"

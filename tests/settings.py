@@ -104,13 +104,6 @@ else:
     # database of the same server, created only for the tests that ask.
     DATABASES["replica"] = {**DATABASES["default"], "NAME": "delayq_replica"}
 
-# A database that reports itself as MySQL (tests/backends), for the check
-# that refuses it; never connected to.
-DATABASES["mysql"] = {
-    "ENGINE": "tests.backends.mysql_vendor",
-    "NAME": os.path.join(tempfile.gettempdir(), "delayq-tests-never-used"),
-}
-
 # The conftest points the session at its private redis-server. The suite
 # keeps the plain prefix in its test run (TEST_KEY_PREFIX): the commands it
 # starts as subprocesses are no test run, and it reads their keys by name.

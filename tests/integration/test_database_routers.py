@@ -114,14 +114,30 @@ def test_without_a_router_there_is_no_e018():
     assert not [m for m in checks.run_checks() if m.id == "delayq.E018"]
 
 
-@override_settings(DATABASE_ROUTERS=["tests.routers.MySQLRouter"])
-def test_a_mysql_database_for_the_task_rows_is_refused_as_e019():
-    from django.core import checks
+def test_a_mysql_database_for_the_task_rows_is_refused_as_e019() -> None:
+    """As a project on MySQL meets it: ``manage.py check`` fails."""
+    import os
+    import subprocess
+    import sys
 
-    [error] = [m for m in checks.run_checks() if m.id == "delayq.E019"]
-    assert error.msg.startswith(
-        "The task rows' database 'mysql' is mysql, which django-delayq does "
-        "not support yet"
+    from tests.acceptance.processes import ROOT
+
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "check"],
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.settings_mysql_vendor",
+            "PYTHONPATH": str(ROOT),
+        },
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert (
+        "(delayq.E019) The task rows' database 'default' is mysql, which "
+        "django-delayq does not support yet" in done.stderr
     )
 
 

@@ -32,11 +32,16 @@ T0 = datetime.datetime(2026, 11, 26, 9, 59, 58, tzinfo=datetime.UTC)
 @pytest.fixture
 def clear_sessions(settings):
     """The periodic guide's own example: ``call_command("clearsessions")``
-    every minute (the test app has no sessions: ``check`` stands in)."""
+    every minute (the test app has no sessions: ``diffsettings``, which
+    touches no database, stands in)."""
     settings.DELAYQ = {
         **settings.DELAYQ,
         "PERIODIC": {
-            "nightly-check": {"task": CALL_COMMAND, "args": ["check"], "every": 60}
+            "nightly-check": {
+                "task": CALL_COMMAND,
+                "args": ["diffsettings"],
+                "every": 60,
+            }
         },
     }
 
@@ -83,7 +88,7 @@ def test_schedule_refuses_a_fake_tick_with_other_arguments():
     message = str(refused.value)
     assert message.startswith(
         "nightly-check runs only with the arguments its "
-        "DELAYQ[\"PERIODIC\"]['nightly-check'] entry declares (args=['check'], "
+        "DELAYQ[\"PERIODIC\"]['nightly-check'] entry declares (args=['diffsettings'], "
         "kwargs={}); this row has args=['flush', '--noinput'], kwargs={}."
     )
     assert message.endswith("Nothing was written.")
@@ -110,7 +115,7 @@ def test_a_forged_row_is_failed_without_running_anything(
 
 @pytest.mark.usefixtures("clear_sessions")
 def test_the_declared_arguments_outside_a_tick_are_refused_too(redis_client):
-    row = deliver(redis_client, forge("nightly-check", ["check"]))
+    row = deliver(redis_client, forge("nightly-check", ["diffsettings"]))
     assert row.status == Status.FAILED
     assert "runs only as the ticks of its periodic schedule ('nightly-check'" in (
         row.last_error
@@ -122,7 +127,7 @@ def test_the_ticks_run_under_the_schedules_name(redis_client):
     plan(now=T0)
     [tick] = DelayedTask.objects.all()
     assert tick.name == "nightly-check"
-    assert tick.args == ["check"]
+    assert tick.args == ["diffsettings"]
     assert tick.key == "periodic:nightly-check@2026-11-26T10:00:00.000000Z"
     DelayedTask.objects.filter(pk=tick.pk).update(run_at=timezone.now())
     tick = deliver(redis_client, tick)
@@ -136,7 +141,7 @@ def test_a_tick_the_previous_release_wrote_under_the_functions_path_runs(
     # The previous release registered the function under its dotted path:
     # the ticks it planned before a deploy still run, as ticks only.
     key = "periodic:nightly-check@2026-11-26T10:00:00.000000Z"
-    tick = deliver(redis_client, forge(CALL_COMMAND, ["check"], key))
+    tick = deliver(redis_client, forge(CALL_COMMAND, ["diffsettings"], key))
     assert tick.status == Status.SUCCEEDED, tick.last_error
 
 
