@@ -15,6 +15,7 @@ from typing import Protocol
 
 from django.db import DatabaseError, transaction
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from . import signals
 from .conf import Settings, get_settings
@@ -75,6 +76,9 @@ class RedisIndexer:
 _REDIS = RedisIndexer()
 #: The indexer chosen for the current settings object
 _chosen: tuple[Settings, Indexer] | None = None
+#: The testing toolkit's indexer of a test mode, by dotted path: loaded
+#: only when a test mode is set, and never imported by production code.
+TEST_MODE_INDEXERS = "django_delayq.testing.modes.indexer_for"
 
 
 def indexer() -> Indexer:
@@ -92,9 +96,7 @@ def indexer() -> Indexer:
     if chosen is None or chosen[0] is not settings:
         found: Indexer = _REDIS
         if settings.test_mode is not None:
-            from .testing.modes import indexer_for
-
-            found = indexer_for(settings.test_mode)
+            found = import_string(TEST_MODE_INDEXERS)(settings.test_mode)
         chosen = _chosen = (settings, found)
     return chosen[1]
 

@@ -53,14 +53,6 @@ LAZY_CYCLES = {
         "Task.schedule() and Task.aschedule() call schedule() and aschedule(), "
         "whose module imports the registry"
     ),
-    # Importing testing.modes runs the testing package on the way: both edges.
-    ("django_delayq.outbox", "django_delayq.testing.modes"): (
-        "outbox.indexer() takes a test mode's indexer only when TEST_MODE is "
-        "set; the toolkit runs tasks through the worker, which imports outbox"
-    ),
-    ("django_delayq.outbox", "django_delayq.testing"): (
-        "the same import, through the testing package's __init__"
-    ),
 }
 
 
