@@ -24,6 +24,14 @@ FAULTS_LEG ?= $(lastword $(MATRIX))
 # leg, to keep `make test` within CI's time; BROWSER_LEGS="$(MATRIX)" runs
 # them in every leg (the admin's markup differs between Django versions).
 BROWSER_LEGS ?= $(lastword $(MATRIX))
+# The databases each leg runs the suite on: SQLite in every leg (a new
+# project's default), PostgreSQL with Django 5.2 and MariaDB with Django 6
+# (the fault run adds PostgreSQL on Django 6). A leg not named here runs on
+# sqlite and postgres.
+LEG_DATABASES ?= py311-dj52=sqlite,postgres py312-dj6=sqlite,mariadb
+# The fault run: the upgrade test on each; the core fault scenarios on
+# MariaDB; every scenario on PostgreSQL (last).
+FAULT_DATABASES ?= sqlite mariadb postgres
 # `make test-fast` and `make example` use the first leg.
 FAST_LEG ?= $(firstword $(MATRIX))
 EXAMPLE_LEG ?= $(FAST_LEG)
@@ -64,13 +72,14 @@ typecheck: ## mypy (configured in pyproject.toml)
 	@$(BOOTSTRAP) --no-servers $(LINT_LEG)
 	$(LINT_BIN)/mypy
 
-tests: ## pytest (and Django's own Tasks tests, on Django 6) in every MATRIX leg, tests/faults once (last leg), then tests/browser (last leg)
+tests: ## pytest (and Django's own Tasks tests, on Django 6) in every MATRIX leg on its LEG_DATABASES, tests/faults once (last leg), then tests/browser (last leg)
 	@$(BOOTSTRAP) --browser $(MATRIX)
-	tools/run_tests.sh --faults $(FAULTS_LEG) --browser "$(BROWSER_LEGS)" $(MATRIX)
+	tools/run_tests.sh --leg-dbs "$(LEG_DATABASES)" --faults $(FAULTS_LEG) \
+		--fault-dbs "$(FAULT_DATABASES)" --browser "$(BROWSER_LEGS)" $(MATRIX)
 
-faults: ## Only the fault-injection scenarios (tests/faults, on PostgreSQL) and the upgrade test (tests/upgrade, on both databases), in the last leg
+faults: ## Only the fault-injection scenarios (tests/faults: all on PostgreSQL, the core ones on MariaDB) and the upgrade test (tests/upgrade, on every database), in the last leg
 	@$(BOOTSTRAP) $(FAULTS_LEG)
-	tools/run_tests.sh --faults $(FAULTS_LEG)
+	tools/run_tests.sh --faults $(FAULTS_LEG) --fault-dbs "$(FAULT_DATABASES)"
 
 browser: ## Only the browser tests (tests/browser) in headless Chromium, in BROWSER_LEGS (the last leg)
 	@$(BOOTSTRAP) --redis-only --browser $(BROWSER_LEGS)

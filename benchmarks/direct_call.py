@@ -62,7 +62,9 @@ def measure(calls: int, batch: int, repeats: int) -> dict[str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", choices=["sqlite", "postgres"], default="postgres")
+    parser.add_argument(
+        "--db", choices=["sqlite", "postgres", "mariadb"], default="postgres"
+    )
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument("--batch", type=int, default=100, help="calls per commit")
     parser.add_argument("--repeats", type=int, default=3)

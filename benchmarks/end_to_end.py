@@ -231,7 +231,9 @@ def scenario(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", choices=["sqlite", "postgres"], default="postgres")
+    parser.add_argument(
+        "--db", choices=["sqlite", "postgres", "mariadb"], default="postgres"
+    )
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--window", type=float, default=2.0, help="seconds")
     parser.add_argument("--workers", type=int, default=1)

@@ -16,22 +16,30 @@ INSTALLED_APPS = [
 ]
 
 _db = os.environ.get("DELAYQ_BENCH_DB", "sqlite")
-DATABASES = {
-    "default": (
-        {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": os.environ.get("DELAYQ_BENCH_SQLITE", "/tmp/delayq-bench.sqlite3"),
-        }
-        if _db == "sqlite"
-        else {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": os.environ.get("DELAYQ_PG_NAME", "postgres"),
-            "USER": os.environ.get("DELAYQ_PG_USER", "postgres"),
-            "HOST": os.environ.get("DELAYQ_PG_HOST", "127.0.0.1"),
-            "PORT": os.environ.get("DELAYQ_PG_PORT", "5432"),
-        }
-    )
-}
+if _db == "sqlite":
+    _database = {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("DELAYQ_BENCH_SQLITE", "/tmp/delayq-bench.sqlite3"),
+    }
+elif _db == "mariadb":
+    # The server's defaults, as a shop runs them (tools/servers/mariadb.py).
+    _database = {
+        "ENGINE": "django.db.backends.mysql",
+        "NAME": os.environ.get("DELAYQ_MARIADB_NAME", "delayq"),
+        "USER": os.environ.get("DELAYQ_MARIADB_USER", "delayq"),
+        "HOST": os.environ.get("DELAYQ_MARIADB_HOST", "127.0.0.1"),
+        "PORT": os.environ.get("DELAYQ_MARIADB_PORT", "3306"),
+        "OPTIONS": {"charset": "utf8mb4"},
+    }
+else:
+    _database = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": os.environ.get("DELAYQ_PG_NAME", "postgres"),
+        "USER": os.environ.get("DELAYQ_PG_USER", "postgres"),
+        "HOST": os.environ.get("DELAYQ_PG_HOST", "127.0.0.1"),
+        "PORT": os.environ.get("DELAYQ_PG_PORT", "5432"),
+    }
+DATABASES = {"default": _database}
 DELAYQ = {
     "REDIS_URL": os.environ.get("DELAYQ_REDIS_URL", "redis://127.0.0.1:6379/0"),
     # benchmarks.cluster runs the same scenarios on a Redis Cluster.

@@ -1,6 +1,6 @@
-"""Real servers for the suite: a private redis-server, and PostgreSQL when
-``DELAYQ_TEST_DB=postgres``. Both listen on free loopback ports and are
-stopped when the session ends."""
+"""Real servers for the suite: a private redis-server, and PostgreSQL or
+MariaDB when ``DELAYQ_TEST_DB=postgres`` or ``mariadb``. They listen on free
+loopback ports and are stopped when the session ends."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 from django_delayq.store import connection
-from tools.servers import PostgresServer, RedisServer
+from tools.servers import MariaDBServer, PostgresServer, RedisServer
 
 # Property tests: no per-example deadline (a database write on a busy CI
 # machine is not a bug), examples remembered with the other caches under
@@ -64,15 +64,27 @@ def postgres_server() -> Iterator[PostgresServer | None]:
 
 
 @pytest.fixture(scope="session")
+def mariadb_server() -> Iterator[MariaDBServer | None]:
+    if settings.TEST_DB != "mariadb":
+        yield None
+        return
+    server = MariaDBServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
 def django_db_modify_db_settings(
-    postgres_server: PostgresServer | None,
+    postgres_server: PostgresServer | None, mariadb_server: MariaDBServer | None
 ) -> None:
-    """Point the databases at the private PostgreSQL (pytest-django hook)."""
-    if postgres_server is not None:
+    """Point the databases at the private server (pytest-django hook)."""
+    server = postgres_server or mariadb_server
+    if server is not None:
         for alias in ("default", "replica"):
-            settings.DATABASES[alias].update(
-                HOST=postgres_server.host, PORT=str(postgres_server.port)
-            )
+            settings.DATABASES[alias].update(HOST=server.host, PORT=str(server.port))
 
 
 @pytest.fixture(scope="session", autouse=True)

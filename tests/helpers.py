@@ -80,3 +80,18 @@ def declared_schedule(
     finally:
         forget(name)
         unregister(name)
+
+
+def database_env(settings_dict: dict[str, Any], test_db: str) -> dict[str, str]:
+    """The environment that points a command started by a test (with the
+    suite's settings) at the server of the test session's database."""
+    if test_db == "postgres":
+        prefix = "DELAYQ_PG"
+    elif test_db == "mariadb":
+        prefix = "DELAYQ_MARIADB"
+    else:
+        return {}
+    return {
+        f"{prefix}_HOST": str(settings_dict["HOST"]),
+        f"{prefix}_PORT": str(settings_dict["PORT"]),
+    }

@@ -1,8 +1,8 @@
 """Settings for the test suite.
 
-``DELAYQ_TEST_DB`` picks the database: ``sqlite`` (default) or ``postgres``.
-The conftest starts a private redis-server (and PostgreSQL) and points the
-settings at them.
+``DELAYQ_TEST_DB`` picks the database: ``sqlite`` (default), ``postgres`` or
+``mariadb``. The conftest starts a private redis-server (and PostgreSQL or
+MariaDB) and points the settings at them.
 """
 
 from __future__ import annotations
@@ -54,12 +54,15 @@ TEMPLATES = [
 ]
 
 TEST_DB = os.environ.get("DELAYQ_TEST_DB", "sqlite")
-if TEST_DB not in ("sqlite", "postgres"):
-    raise RuntimeError(f"DELAYQ_TEST_DB must be sqlite or postgres, not {TEST_DB!r}")
+if TEST_DB not in ("sqlite", "postgres", "mariadb"):
+    raise RuntimeError(
+        f"DELAYQ_TEST_DB must be sqlite, postgres or mariadb, not {TEST_DB!r}"
+    )
 
 # Commands run as subprocesses by the acceptance tests use the test session's
 # database and Redis: DELAYQ_TEST_SHARED_DB names the database (a file for
-# SQLite), the DELAYQ_PG_* and DELAYQ_REDIS_URL variables the servers.
+# SQLite), the DELAYQ_PG_*, DELAYQ_MARIADB_* and DELAYQ_REDIS_URL variables
+# the servers.
 SHARED_DB = os.environ.get("DELAYQ_TEST_SHARED_DB")
 
 if TEST_DB == "sqlite":
@@ -89,6 +92,29 @@ if TEST_DB == "sqlite":
             "TEST": {"NAME": _replica_file},
         },
     }
+elif TEST_DB == "mariadb":
+    # For the test session the conftest fills in the server it starts. The
+    # server's defaults are a shop's: REPEATABLE READ, utf8mb4 with its
+    # case-insensitive collation (tools/servers/mariadb.py).
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.mysql",
+            "NAME": SHARED_DB or "delayq",
+            "USER": os.environ.get("DELAYQ_MARIADB_USER", "delayq"),
+            "HOST": os.environ.get("DELAYQ_MARIADB_HOST", "127.0.0.1"),
+            "PORT": os.environ.get("DELAYQ_MARIADB_PORT", "0"),
+            # REPEATABLE READ, the server's default, rather than Django's
+            # READ COMMITTED: the harder case for fencing and the planner
+            # (a transaction reads from a snapshot).
+            "OPTIONS": {"charset": "utf8mb4", "isolation_level": "repeatable read"},
+            "TEST": {"CHARSET": "utf8mb4"},
+        },
+    }
+    if not SHARED_DB:
+        # Not for the commands a test starts: Django's MySQL checks connect
+        # to every alias, and the replica's database exists only for the
+        # tests that ask for it.
+        DATABASES["replica"] = {**DATABASES["default"], "NAME": "delayq_replica"}
 else:
     # For the test session the conftest fills in the server it starts.
     DATABASES = {

@@ -110,6 +110,15 @@ have_postgres() {
     return 1
 }
 
+have_mariadb() {
+    [[ -x /usr/sbin/mariadbd ]] || command -v mariadbd >/dev/null
+}
+
+# mysqlclient (the MySQL driver Django recommends) builds against these.
+have_mysqlclient_headers() {
+    pkg-config --exists mysqlclient 2>/dev/null || pkg-config --exists libmariadb 2>/dev/null
+}
+
 # The browser tests launch this binary: Playwright never downloads a browser.
 have_chromium() {
     [[ -x /usr/bin/chromium ]]
@@ -128,10 +137,16 @@ install_servers() {
     if [[ $servers == all ]] && ! have_postgres; then
         missing+=(postgresql)
     fi
+    if [[ $servers == all ]] && ! have_mariadb; then
+        missing+=(mariadb-server)
+    fi
     if [[ ${#missing[@]} -gt 0 ]]; then apt_install "${missing[@]}"; fi
     have_redis || die "redis-server still missing after installing it"
     if [[ $servers == all ]] && ! have_postgres; then
         die "PostgreSQL server binaries still missing (set DELAYQ_PG_BINDIR?)"
+    fi
+    if [[ $servers == all ]] && ! have_mariadb; then
+        die "mariadbd still missing after installing mariadb-server"
     fi
 }
 
@@ -207,6 +222,10 @@ leg_venv() {
     if [[ $refresh == no && -x $venv/bin/python && -f $stamp &&
         $(<"$stamp") == "$want" ]]; then
         return 0
+    fi
+    # mysqlclient (dev and bench groups) compiles against MariaDB's client.
+    if ! have_mysqlclient_headers; then
+        apt_install default-libmysqlclient-dev pkg-config
     fi
     local others
     others=$(echo "$KNOWN_LEGS" | tr ' ' '\n' | grep -vx -e "$leg" -e bench |

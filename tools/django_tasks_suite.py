@@ -1,13 +1,13 @@
 """Django's own Tasks test suite (``tests/tasks``), run against
 ``django_delayq.backends.DelayQueueBackend``.
 
-    python -m tools.django_tasks_suite [--db sqlite|postgres] [-v 2]
+    python -m tools.django_tasks_suite [--db sqlite|postgres|mariadb] [-v 2]
 
 The tests come from the source distribution of the Django release installed
 in the running interpreter, downloaded from PyPI once (``pip download``) and
 kept in ``.venv/django-sdist/``; only ``tests/tasks`` is extracted, to a
 temporary directory, as the package ``tasks`` that the suite expects. A
-private redis-server (and PostgreSQL with ``--db postgres``) is started by
+private redis-server (and PostgreSQL or MariaDB with ``--db``) is started by
 :mod:`tools.servers`, and the suite runs under Django's test runner.
 
 The glue, and nothing else, adapts the suite to a third-party backend:
@@ -293,7 +293,9 @@ def run(verbosity: int, database: dict[str, Any], redis_url: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.django_tasks_suite")
-    parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument(
+        "--db", choices=["sqlite", "postgres", "mariadb"], default="sqlite"
+    )
     parser.add_argument("-v", "--verbosity", type=int, default=1)
     args = parser.parse_args(argv)
     if django.VERSION < (6, 0):
@@ -302,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
             "django-tasks backport's sdist ships no tests: nothing to run"
         )
         return 2
-    from tools.servers import PostgresServer, RedisServer
+    from tools.servers import MariaDBServer, PostgresServer, RedisServer
 
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
@@ -313,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.db == "postgres":
             pg = stack.enter_context(PostgresServer())
             database = pg.django_settings()
+        elif args.db == "mariadb":
+            mariadb = stack.enter_context(MariaDBServer())
+            database = mariadb.django_settings()
         else:
             database = {
                 "ENGINE": "django.db.backends.sqlite3",

@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
 # Run the test suite in each matrix leg's virtualenv, once per database.
 #
-#   tools/run_tests.sh [--dbs "sqlite postgres"] [--faults LEG]
+#   tools/run_tests.sh [--dbs "sqlite postgres"] [--leg-dbs "LEG=DB,DB ..."]
+#                      [--faults LEG] [--fault-dbs "sqlite mariadb postgres"]
 #                      [--browser "LEG ..."] [LEG ...]
 #
+# Each leg runs the suite on every database of --dbs, or on those that
+# --leg-dbs names for it (e.g. py312-dj6=sqlite,mariadb): a database leg
+# tests what differs on that database, and one Django version is enough for
+# that, while SQLite, the default of a new project, runs in every leg.
+#
 # Each leg also runs Django's own Tasks test suite against the backend
-# (tools/django_tasks_suite.py), once, on the last database; on a leg whose
+# (tools/django_tasks_suite.py), once, on its last database; on a leg whose
 # Django has no django.tasks it is reported as not applicable.
 #
 # The legs run everything but the fault-injection scenarios (tests/faults),
 # the upgrade test (tests/upgrade: the previous release's processes and the
 # current one's side by side) and the process-supervision tests
 # (PROCESS_TESTS), which are slow and do not depend on the Python or Django
-# version: with --faults LEG they run once, after the legs, in LEG: the
-# upgrade test against each database; the fault scenarios, the process tests
-# and the Redis Sentinel and Redis Cluster scenarios (in tests/faults) against
-# the last one only (PostgreSQL, the production database: the scenarios
-# exercise processes, signals and servers, and the legs run the database
-# code on both).
+# version: with --faults LEG they run once, after the legs, in LEG, on the
+# databases of --fault-dbs (default: --dbs): the upgrade test against each;
+# the core fault scenarios (CORE_FAULTS: kills, Redis restarted empty or
+# flushed, fenced pauses) against each server database but the last; and
+# every fault scenario, the process tests and the Redis Sentinel and Redis
+# Cluster scenarios against the last one only (PostgreSQL, the production
+# database: those scenarios exercise processes, signals and servers).
 # The browser tests (tests/browser: the example shop and the admin in
 # headless Chromium, on the example's own SQLite file) run last, once in each
 # leg that --browser names (one or several, space-separated: the admin's
@@ -32,13 +39,28 @@
 # covers the whole matrix; the exit status is non-zero if any run failed,
 # including pytest's status 5 (no tests collected), except in the fault run,
 # where a PYTEST_ARGS filter may rightly select nothing. The test suite starts
-# its own redis-server and PostgreSQL (tools/servers/), selected by
+# its own redis-server and PostgreSQL or MariaDB (tools/servers/), selected by
 # DELAYQ_TEST_DB. The report is also written to .venv/logs/summary.txt.
 set -uo pipefail
 
 cd "$(dirname "$(realpath "$0")")/.." || exit 2
 
 dbs="sqlite postgres"
+leg_dbs=""
+fault_dbs=""
+# The fault scenarios a database's transactions and locks decide: workers
+# and groups killed or paused past their visibility timeout, Redis down,
+# restarted empty or flushed, dispatchers killed, a crash between commit and
+# the Redis write, cancel racing dispatch, periodic ticks through kills.
+CORE_FAULTS=(
+    tests/faults/test_worker_faults.py
+    tests/faults/test_group_faults.py
+    tests/faults/test_redis_faults.py
+    tests/faults/test_dispatcher_faults.py
+    tests/faults/test_crash_after_commit.py
+    tests/faults/test_cancel_race.py
+    tests/faults/test_periodic_faults.py
+)
 # Worker processes under a supervisor, killed, stuck and recycled; the
 # processes of `make example`, stopped with Ctrl-C; delayq_status against
 # killed processes; the metrics endpoints of the commands' processes;
@@ -69,6 +91,8 @@ legs=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --dbs) dbs=$2; shift 2 ;;
+        --leg-dbs) leg_dbs=$2; shift 2 ;;
+        --fault-dbs) fault_dbs=$2; shift 2 ;;
         --faults) faults_leg=$2; shift 2 ;;
         --browser) read -ra more <<<"$2"; browser_legs+=("${more[@]}"); shift 2 ;;
         -*) echo "run_tests: unknown option $1" >&2; exit 2 ;;
@@ -161,32 +185,52 @@ run_django_suite() {
         "${outcome:-no test summary}" $((SECONDS - start)) >>"$summary"
 }
 
+# databases_of LEG: the databases LEG runs the suite on, space-separated.
+databases_of() {
+    local entry
+    for entry in $leg_dbs; do
+        if [[ ${entry%%=*} == "$1" ]]; then
+            echo "${entry#*=}" | tr ',' ' '
+            return
+        fi
+    done
+    echo "$dbs"
+}
+
 for leg in "${legs[@]}"; do
-    for db in $dbs; do
+    leg_databases=$(databases_of "$leg")
+    last_leg_db=${leg_databases##* }
+    for db in $leg_databases; do
         # The user projects have their own SQLite file, whatever the suite's
         # database: once per leg, with the last one.
         projects=()
-        if [[ $db != "${dbs##* }" ]]; then
+        if [[ $db != "$last_leg_db" ]]; then
             projects=("${USER_PROJECT_TESTS[@]/#/--ignore=}")
         fi
         run_pytest "$leg" "$db" "$leg" --ignore=tests/faults --ignore=tests/upgrade \
             --ignore=tests/browser \
             "${PROCESS_TESTS[@]/#/--ignore=}" "${projects[@]}" "${pytest_args[@]}"
     done
-    # Once per leg, on the last database.
-    run_django_suite "$leg" "${dbs##* }"
+    # Once per leg, on its last database.
+    run_django_suite "$leg" "$last_leg_db"
 done
 
 if [[ -n $faults_leg ]]; then
-    last_db=${dbs##* }
-    for db in $dbs; do
+    fault_dbs=${fault_dbs:-$dbs}
+    last_db=${fault_dbs##* }
+    for db in $fault_dbs; do
         if [[ $db == "$last_db" ]]; then
             run_pytest "$faults_leg" "$db" "faults-$faults_leg" tests/faults \
                 tests/upgrade "${PROCESS_TESTS[@]}" --durations=15 \
                 "${pytest_args[@]}"
+        elif [[ $db != sqlite ]]; then
+            # Another server database: the scenarios its transactions and
+            # locks decide, and the upgrade test.
+            run_pytest "$faults_leg" "$db" "faults-$faults_leg" "${CORE_FAULTS[@]}" \
+                tests/upgrade --durations=10 "${pytest_args[@]}"
         else
-            # The fault scenarios run once, against the last database (the
-            # production one); the upgrade test against each.
+            # The fault scenarios run against the server databases; the
+            # upgrade test against each.
             run_pytest "$faults_leg" "$db" "upgrade-$faults_leg" tests/upgrade \
                 "${pytest_args[@]}"
         fi

@@ -59,29 +59,66 @@ def check_databases(**kwargs: Any) -> list[CheckMessage]:
 
 #: The databases every guarantee is tested on (docs/requirements.md).
 SUPPORTED_VENDORS = ("postgresql", "sqlite")
+#: MariaDB from 10.6, the first with SKIP LOCKED and the oldest still
+#: maintained; the suite runs on Debian's 10.11.
+MARIADB_MINIMUM = (10, 6)
 
 
 def check_database_vendor(**kwargs: Any) -> list[CheckMessage]:
     """Refuse a database the guarantees are not tested on (``delayq.E019``):
-    on MySQL and MariaDB dedupe keys are not enforced (no conditional unique
-    index) and tasks have been lost under faults."""
-    from django.db import connections
+    anything but PostgreSQL, SQLite and MariaDB 10.6 or later. MySQL itself
+    is not tested (its locking and generated columns differ from MariaDB's in
+    ways that matter here): a shop that tests it may silence the error."""
+    from django.db import DatabaseError, connections
 
     from ..models import write_db
 
     alias = write_db()
-    vendor = connections[alias].vendor
+    connection: Any = connections[alias]  # MySQL's wrapper has the version
+    vendor = connection.vendor
     if vendor in SUPPORTED_VENDORS:
+        return []
+    if vendor == "mysql":
+        try:
+            mariadb = connection.mysql_is_mariadb
+            version = connection.mysql_version
+        except DatabaseError:
+            return []  # no server to ask: the other checks say so
+        if mariadb and version >= MARIADB_MINIMUM:
+            return _check_charset(alias, connection)
+        found = f"{'MariaDB' if mariadb else 'MySQL'} {'.'.join(map(str, version))}"
+    else:
+        found = connection.display_name
+    return [
+        Error(
+            f"The task rows' database {alias!r} is {found}, on which django-delayq "
+            f"is not tested: its guarantees (a dedupe key held by one active "
+            f"task, nothing lost under faults) are tested on PostgreSQL, SQLite "
+            f"and MariaDB {'.'.join(map(str, MARIADB_MINIMUM))} or later.",
+            hint="Route django-delayq's models to one of those with a database "
+            "router (see docs/requirements.md), or, having tested it yourself, "
+            f"add {check_ids.DATABASE_UNSUPPORTED!r} to SILENCED_SYSTEM_CHECKS.",
+            id=check_ids.DATABASE_UNSUPPORTED,
+        )
+    ]
+
+
+def _check_charset(alias: str, connection: Any) -> list[CheckMessage]:
+    """``delayq.E020``: on MySQL and MariaDB, Django connects in ``utf8``
+    (3 bytes a character at most) unless told otherwise, and a task whose
+    arguments or error hold an emoji could then not be written, or its
+    failure not recorded."""
+    charset = str(connection.settings_dict.get("OPTIONS", {}).get("charset", "utf8"))
+    if charset.startswith("utf8mb4"):
         return []
     return [
         Error(
-            f"The task rows' database {alias!r} is {vendor}, which django-delayq "
-            f"does not support yet: its guarantees (a dedupe key held by one "
-            f"active task, nothing lost under faults) hold on PostgreSQL and "
-            f"SQLite only.",
-            hint="Route django-delayq's models to a PostgreSQL (or SQLite) "
-            "database with a database router; see docs/requirements.md.",
-            id=check_ids.DATABASE_UNSUPPORTED,
+            f"The task rows' database {alias!r} is connected in {charset!r}, "
+            f"which cannot carry 4-byte characters (emoji, some CJK): a task "
+            f"whose arguments or error hold one could not be written.",
+            hint=f"Set DATABASES[{alias!r}]['OPTIONS']['charset'] = 'utf8mb4' "
+            "(and create the database with CHARACTER SET utf8mb4).",
+            id=check_ids.DATABASE_CHARSET,
         )
     ]
 

@@ -64,9 +64,12 @@ def _cached(connection: Any, key: tuple[Any, ...], build: Callable[[], str]) -> 
 
 
 def can_return_rows(using: str) -> bool:
-    """Whether the database returns rows from an UPDATE: PostgreSQL, and
-    SQLite from 3.35 (MariaDB returns them from an INSERT only)."""
+    """Whether :func:`claim_due` can claim many rows at once: PostgreSQL and
+    SQLite from 3.35 return them from the UPDATE; MySQL and MariaDB (which
+    return rows from an INSERT only) read them back."""
     connection = connections[using]
+    if connection.vendor == "mysql":
+        return True
     return connection.vendor in ("postgresql", "sqlite") and bool(
         connection.features.can_return_columns_from_insert
     )
@@ -100,6 +103,8 @@ def claim_due(
             moment,
         ]
         return list(DelayedTask.objects.using(using).raw(sql, pg_params))
+    if connection.vendor == "mysql":
+        return _claim_due_mysql(claims, now, worker, using)
     n = len(claims)
     sql = _cached(connection, ("claim", n), lambda: _claim_sql(connection, n))
     ids = [prep("id", task_id, connection) for task_id, _ in claims]
@@ -109,6 +114,55 @@ def claim_due(
     params += [*ids, "scheduled", moment]
     # raw() applies the fields' from-database conversions (JSON, datetimes).
     return list(DelayedTask.objects.using(using).raw(sql, params))
+
+
+def _claim_due_mysql(
+    claims: Sequence[tuple[Any, str]], now: Any, worker: str, using: str
+) -> list[DelayedTask]:
+    """The claim on MySQL and MariaDB: the same UPDATE, then the rows read
+    back by primary key. A row is ours if it carries this claim's entry and
+    moment: an earlier claim by the same entry (redelivered after its worker
+    died) has another moment, and a row the UPDATE left alone keeps its
+    values. A row claimed here but changed before the read (only a takeover,
+    after the visibility timeout, can) is not returned, and the caller
+    decides it one by one, as any other."""
+    connection = connections[using]
+    moment = prep("started_at", now, connection)
+    n = len(claims)
+    sql = _cached(connection, ("claim", n), lambda: _claim_sql_mysql(connection, n))
+    ids = [prep("id", task_id, connection) for task_id, _ in claims]
+    params: list[Any] = ["running", moment, worker]
+    for task_id, entry_id in zip(ids, (entry for _, entry in claims), strict=True):
+        params += [task_id, entry_id]
+    params += [*ids, "scheduled", moment]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        if not cursor.rowcount:
+            return []
+    entries = dict(claims)
+    rows = DelayedTask.objects.using(using).filter(
+        pk__in=[task_id for task_id, _ in claims], status="running"
+    )
+    return [
+        row
+        for row in rows
+        if row.claim_entry == entries.get(row.pk) and row.started_at == now
+    ]
+
+
+def _claim_sql_mysql(connection: Any, n: int) -> str:
+    status, attempts, started_at, claim_entry, pk, run_at, workers = _columns(
+        connection, _CLAIM_COLUMNS
+    )
+    entries = " ".join(["WHEN %s THEN %s"] * n)
+    placeholders = ", ".join(["%s"] * n)
+    return (
+        f"UPDATE {_table(connection)} SET {status} = %s, "
+        f"{attempts} = {attempts} + 1, {started_at} = %s, "
+        f"{workers} = JSON_ARRAY_APPEND({workers}, '$', %s), "
+        f"{claim_entry} = CASE {pk} {entries} END "
+        f"WHERE {pk} IN ({placeholders}) AND {status} = %s AND {run_at} <= %s"
+    )
 
 
 #: The columns a claim reads or writes, in the order the claim SQL unpacks.

@@ -53,3 +53,128 @@ class SetDatabaseDefault(migrations.operations.base.Operation):
 
     def describe(self) -> str:
         return f"Set the database default of {self.model_name}.{self.name}"
+
+
+#: The generated column that holds a task's dedupe key while it is active,
+#: and the unique index over it (MySQL and MariaDB).
+ACTIVE_KEY_COLUMN = "active_key"
+ACTIVE_KEY_INDEX = "delayq_unique_active_key"
+
+
+def binary_collation(connection: Any) -> str:
+    """The collation under which keys compare byte for byte: "A" and "a",
+    "e" and "é", "k" and "k " are different keys. MariaDB's ``utf8mb4_bin``
+    ignores trailing spaces (PAD SPACE); its ``nopad`` twin does not, nor
+    does MySQL 8's ``utf8mb4_0900_bin``."""
+    return "utf8mb4_nopad_bin" if connection.mysql_is_mariadb else "utf8mb4_0900_bin"
+
+
+class EnforceActiveKeyOnMySQL(migrations.operations.base.Operation):
+    """On MySQL and MariaDB, make the dedupe key unique among active tasks.
+
+    Elsewhere the model's conditional unique constraint does it; MySQL has
+    no conditional index (Django skips that constraint there). So a stored
+    generated column holds the key while the task is scheduled or running,
+    NULL otherwise, under a plain unique index (which admits any number of
+    NULLs). The column is the database's alone: the model does not declare
+    it, so no other database pays for it, and Django never writes it.
+
+    The key column also gets a binary collation: the server's default
+    (``utf8mb4_general_ci`` or ``_0900_ai_ci``) would make "A" and "a" one
+    key, both for the index and for ``cancel(key=)`` (see
+    :func:`binary_collation`). A later ``AlterField`` of the key must keep
+    it (see :func:`key_column_sql`).
+
+    An expand-only step: new columns and an index, no data rewritten by us
+    (the server fills the generated column). It fails, naming the key, if
+    two active tasks already share one, which is then for the operator to
+    settle before migrating.
+    """
+
+    reduces_to_sql = True
+    reversible = True
+
+    def __init__(self, model_name: str) -> None:
+        self.model_name = model_name
+
+    def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
+        return (type(self).__name__, [], {"model_name": self.model_name})
+
+    def state_forwards(self, app_label: str, state: Any) -> None:
+        pass  # the model does not declare the column (see the docstring)
+
+    def database_forwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        model = to_state.apps.get_model(app_label, self.model_name)
+        connection = schema_editor.connection
+        if connection.vendor != "mysql":
+            return
+        if not self.allow_migrate_model(connection.alias, model):
+            return
+        quote = schema_editor.quote_name
+        table = quote(model._meta.db_table)
+        key = model._meta.get_field("key")
+        status = quote(model._meta.get_field("status").column)
+        duplicate = self._duplicate_active_key(schema_editor, model)
+        if duplicate is not None:
+            raise ValueError(
+                f"Two active tasks hold the dedupe key {duplicate!r}: cancel one "
+                f"of them (e.g. in the admin) before this migration, which makes "
+                f"a key unique among active tasks on {connection.display_name}."
+            )
+        schema_editor.execute(
+            f"ALTER TABLE {table} "
+            f"MODIFY {key_column_sql(schema_editor, key)}, "
+            f"ADD COLUMN {quote(ACTIVE_KEY_COLUMN)} varchar({key.max_length}) "
+            f"CHARACTER SET utf8mb4 COLLATE {binary_collation(connection)} "
+            f"AS (CASE WHEN {status} IN ('scheduled', 'running') "
+            f"THEN {quote(key.column)} END) STORED, "
+            f"ADD CONSTRAINT {quote(ACTIVE_KEY_INDEX)} "
+            f"UNIQUE ({quote(ACTIVE_KEY_COLUMN)})"
+        )
+
+    def _duplicate_active_key(self, schema_editor: Any, model: Any) -> str | None:
+        quote = schema_editor.quote_name
+        key = quote(model._meta.get_field("key").column)
+        status = quote(model._meta.get_field("status").column)
+        with schema_editor.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {key} FROM {quote(model._meta.db_table)} "
+                f"WHERE {status} IN ('scheduled', 'running') AND {key} IS NOT NULL "
+                f"GROUP BY BINARY {key} HAVING COUNT(*) > 1 LIMIT 1"
+            )
+            found = cursor.fetchone()
+        return None if found is None else str(found[0])
+
+    def database_backwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        model = from_state.apps.get_model(app_label, self.model_name)
+        connection = schema_editor.connection
+        if connection.vendor != "mysql":
+            return
+        if not self.allow_migrate_model(connection.alias, model):
+            return
+        quote = schema_editor.quote_name
+        schema_editor.execute(
+            f"ALTER TABLE {quote(model._meta.db_table)} "
+            f"DROP INDEX {quote(ACTIVE_KEY_INDEX)}, "
+            f"DROP COLUMN {quote(ACTIVE_KEY_COLUMN)}"
+        )
+
+    def describe(self) -> str:
+        return (
+            f"Make {self.model_name}.key unique among active tasks on MySQL and "
+            "MariaDB (a generated column under a unique index)"
+        )
+
+
+def key_column_sql(schema_editor: Any, field: Any) -> str:
+    """The definition of the dedupe key column on MySQL: the field's own,
+    with the binary collation."""
+    return (
+        f"{schema_editor.quote_name(field.column)} varchar({field.max_length}) "
+        f"CHARACTER SET utf8mb4 COLLATE {binary_collation(schema_editor.connection)} "
+        f"{'NULL' if field.null else 'NOT NULL'}"
+    )

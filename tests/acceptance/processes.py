@@ -21,6 +21,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from tests.helpers import database_env
 from tools.procs import (
     ROOT,
     HTTPProcess,
@@ -135,8 +136,7 @@ def processes(redis_server: RedisServer, tmp_path: Path) -> Iterator[Processes]:
         "DELAYQ_TEST_SHARED_DB": str(db["NAME"]),
         "DELAYQ_REDIS_URL": redis_server.url,
     }
-    if settings.TEST_DB == "postgres":
-        env.update(DELAYQ_PG_HOST=str(db["HOST"]), DELAYQ_PG_PORT=str(db["PORT"]))
+    env.update(database_env(db, settings.TEST_DB))
     running = Processes(env, tmp_path)
     try:
         yield running

@@ -30,6 +30,7 @@ from django_delayq.conf import get_settings
 from django_delayq.models import DelayedTask
 from django_delayq.store.keys import ShardKeys, shard_keys
 from django_delayq.store.streams import GROUP
+from tests.helpers import database_env
 from tests.testapp.tasks import record
 from tools.procs import ROOT, Process, django_command, wait_for
 from tools.servers import RedisServer
@@ -110,8 +111,7 @@ class Rig:
             DELAYQ_TEST_SHARED_DB=str(db["NAME"]),
             DELAYQ_FAULTS_DELAYQ=json.dumps(delayq),
         )
-        if settings.TEST_DB == "postgres":
-            env.update(DELAYQ_PG_HOST=str(db["HOST"]), DELAYQ_PG_PORT=str(db["PORT"]))
+        env.update(database_env(db, settings.TEST_DB))
         self.env = env
 
     # -- Redis ------------------------------------------------------------------

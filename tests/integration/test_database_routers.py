@@ -114,8 +114,15 @@ def test_without_a_router_there_is_no_e018():
     assert not [m for m in checks.run_checks() if m.id == "delayq.E018"]
 
 
-def test_a_mysql_database_for_the_task_rows_is_refused_as_e019() -> None:
-    """As a project on MySQL meets it: ``manage.py check`` fails."""
+@pytest.mark.parametrize(
+    ("server", "shown"),
+    [("MySQL 8.0.36", "MySQL 8.0.36"), ("MariaDB 10.5.27", "MariaDB 10.5.27")],
+)
+def test_an_untested_mysql_server_for_the_task_rows_is_refused_as_e019(
+    server: str, shown: str
+) -> None:
+    """As a project on MySQL meets it: ``manage.py check`` fails, and says
+    how to go on."""
     import os
     import subprocess
     import sys
@@ -127,6 +134,9 @@ def test_a_mysql_database_for_the_task_rows_is_refused_as_e019() -> None:
         env={
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "tests.settings_mysql_vendor",
+            "DELAYQ_FAKE_MYSQL": server,
+            # The other aliases on SQLite: Django's checks connect to each.
+            "DELAYQ_TEST_DB": "sqlite",
             "PYTHONPATH": str(ROOT),
         },
         cwd=ROOT,
@@ -136,12 +146,46 @@ def test_a_mysql_database_for_the_task_rows_is_refused_as_e019() -> None:
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert (
-        "(delayq.E019) The task rows' database 'default' is mysql, which "
-        "django-delayq does not support yet" in done.stderr
+        f"(delayq.E019) The task rows' database 'default' is {shown}, on which "
+        "django-delayq is not tested" in done.stderr
     )
+    assert "MariaDB 10.6 or later" in done.stderr
+    assert "SILENCED_SYSTEM_CHECKS" in done.stderr
 
 
-def test_postgresql_and_sqlite_are_not_e019():
+def test_a_mariadb_connection_without_utf8mb4_is_refused_as_e020() -> None:
+    """Django's default charset on MySQL, utf8, cannot carry an emoji."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.acceptance.processes import ROOT
+
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "check"],
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.settings_mysql_vendor",
+            "DELAYQ_FAKE_MYSQL": "MariaDB 10.11.9",
+            "DELAYQ_TEST_DB": "sqlite",
+            "PYTHONPATH": str(ROOT),
+        },
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "E019" not in done.stderr
+    assert (
+        "(delayq.E020) The task rows' database 'default' is connected in 'utf8', "
+        "which cannot carry 4-byte characters" in done.stderr
+    )
+    assert "['OPTIONS']['charset'] = 'utf8mb4'" in done.stderr
+
+
+def test_the_suites_database_is_not_e019():
+    """PostgreSQL, SQLite or MariaDB 10.11, whichever the suite runs on."""
     from django.core import checks
 
     assert not [m for m in checks.run_checks() if m.id == "delayq.E019"]

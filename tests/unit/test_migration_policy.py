@@ -19,7 +19,10 @@ from django.db import migrations
 from django.db.migrations.loader import MigrationLoader
 from django.db.models import NOT_PROVIDED, Field
 
-from django_delayq.migrations._operations import SetDatabaseDefault
+from django_delayq.migrations._operations import (
+    EnforceActiveKeyOnMySQL,
+    SetDatabaseDefault,
+)
 
 APP = "django_delayq"
 
@@ -37,12 +40,16 @@ GRANDFATHERED = {
 HARMLESS = {"default", "db_default", "help_text", "verbose_name", "blank", "choices"}
 
 #: Operations whose every use keeps the policy: a new table, options that
-#: live in Python, a concurrent index, and 0007's database defaults.
+#: live in Python, a concurrent index, 0007's database defaults, and 0009's
+#: generated column on MySQL and MariaDB (computed by the server, so the
+#: previous release's inserts need not name it; it rebuilds the table there,
+#: which no earlier release supported, so it is empty or nearly).
 REVIEWED = (
     migrations.CreateModel,
     migrations.AlterModelOptions,
     AddIndexConcurrently,
     SetDatabaseDefault,
+    EnforceActiveKeyOnMySQL,
 )
 
 REMOVALS = (

@@ -1,4 +1,4 @@
-"""Private Redis and PostgreSQL servers on free loopback ports.
+"""Private Redis, PostgreSQL and MariaDB servers on free loopback ports.
 
 The test suite, the fault tests, ``make example`` and the benchmarks need
 throw-away servers that never touch a system-wide instance: every server here
@@ -21,16 +21,19 @@ and :mod:`tools.servers.sentinel`.
 
 from tools.procs import LOOPBACK, free_port, wait_for
 from tools.servers.base import ServerError, Started
+from tools.servers.mariadb import MariaDBServer, mariadb_binary
 from tools.servers.postgres import PostgresServer, pg_bindir
 from tools.servers.redis import RedisServer, redis_binary
 
 __all__ = [
     "LOOPBACK",
+    "MariaDBServer",
     "PostgresServer",
     "RedisServer",
     "ServerError",
     "Started",
     "free_port",
+    "mariadb_binary",
     "pg_bindir",
     "redis_binary",
     "wait_for",

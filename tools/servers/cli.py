@@ -1,5 +1,5 @@
-"""``python -m tools.servers run [--redis] [--postgres] -- COMMAND``: the
-servers live exactly as long as the command."""
+"""``python -m tools.servers run [--redis] [--postgres] [--mariadb] -- COMMAND``:
+the servers live exactly as long as the command."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from tools.servers.base import ServerError
+from tools.servers.mariadb import MariaDBServer
 from tools.servers.postgres import PostgresServer
 from tools.servers.redis import RedisServer
 
@@ -70,7 +71,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        _say("no command given (usage: run [--redis] [--postgres] -- CMD ...)")
+        _say("no command given (usage: run [--redis] [--postgres] [--mariadb] -- CMD)")
         return 2
     env = dict(os.environ)
     with contextlib.ExitStack() as servers:
@@ -85,6 +86,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
             env["DELAYQ_PG_USER"] = pg.user
             env["DELAYQ_PG_NAME"] = pg.dbname
             _say(f"postgres pid {pg.pid} at {pg.url}")
+        if args.mariadb:
+            mariadb = servers.enter_context(MariaDBServer(args.mariadb_port or None))
+            env["DELAYQ_MARIADB_HOST"] = mariadb.host
+            env["DELAYQ_MARIADB_PORT"] = str(mariadb.port)
+            env["DELAYQ_MARIADB_USER"] = mariadb.user
+            env["DELAYQ_MARIADB_NAME"] = mariadb.dbname
+            _say(f"mariadb pid {mariadb.pid} at {mariadb.url}")
         code = _run_child(command, env)
         _say("stopping servers")
     return code
@@ -93,25 +101,30 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tools.servers",
-        description="Run private Redis/PostgreSQL servers for development.",
+        description="Run private Redis/PostgreSQL/MariaDB servers for development.",
     )
     sub = parser.add_subparsers(dest="action", required=True)
     run = sub.add_parser(
         "run",
         help="start servers, run a command with their addresses, stop them",
         description=(
-            "Start the requested servers, run COMMAND with DELAYQ_REDIS_URL "
-            "and DELAYQ_PG_HOST/PORT/USER/NAME in its environment, stop the "
+            "Start the requested servers, run COMMAND with DELAYQ_REDIS_URL, "
+            "DELAYQ_PG_HOST/PORT/USER/NAME and DELAYQ_MARIADB_HOST/PORT/USER/NAME "
+            "in its environment, stop the "
             "servers when it exits, and exit with its status."
         ),
     )
     run.add_argument("--redis", action="store_true", help="start a redis-server")
     run.add_argument("--postgres", action="store_true", help="start PostgreSQL")
+    run.add_argument("--mariadb", action="store_true", help="start MariaDB")
     run.add_argument(
         "--redis-port", type=int, default=0, metavar="N", help="0: any free port"
     )
     run.add_argument(
         "--postgres-port", type=int, default=0, metavar="N", help="0: any free port"
+    )
+    run.add_argument(
+        "--mariadb-port", type=int, default=0, metavar="N", help="0: any free port"
     )
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS]")
     args = parser.parse_args(argv)

@@ -1,0 +1,126 @@
+"""Dedupe keys and stored text behave alike on every database.
+
+MariaDB compares text case- and accent-insensitively by default, ignores
+trailing spaces under ``PAD SPACE`` collations, has no conditional unique
+index, and stores 4-byte characters only in ``utf8mb4``: each is checked
+here as a user meets it, on whichever database the suite runs.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from django.db import close_old_connections, connection
+
+from django_delayq import cancel, schedule
+from django_delayq.exceptions import DuplicateTask, InvalidArgument, InvalidPayload
+from django_delayq.models import DelayedTask, Status
+from tests.helpers import drain
+from tests.testapp.tasks import always_fails, order_cancel, send_reminder
+from tests.testapp.tasks import record as record_call
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: Pairs of keys that differ, though a case- or accent-insensitive or
+#: space-padding collation would call them equal.
+DIFFERENT_KEYS = [
+    ("Order:1", "order:1"),
+    ("cafe", "café"),
+    ("k", "k "),
+    ("straße", "strasse"),
+    ("😀", "😁"),
+]
+
+
+@pytest.mark.parametrize(("first", "second"), DIFFERENT_KEYS)
+def test_keys_that_differ_only_as_a_collation_would_ignore_are_two_keys(
+    redis_client: Any, first: str, second: str
+) -> None:
+    one = schedule(order_cancel, delay=60, args=[1], key=first)
+    two = schedule(order_cancel, delay=60, args=[2], key=second)
+    assert sorted(DelayedTask.objects.values_list("key", flat=True)) == sorted(
+        [first, second]
+    )
+    # Cancelling by one key leaves the other alone.
+    assert cancel(key=first) == 1
+    assert DelayedTask.objects.get(pk=one.pk).status == Status.CANCELLED
+    assert DelayedTask.objects.get(pk=two.pk).status == Status.SCHEDULED
+
+
+def test_the_same_key_is_held_once_even_in_4_byte_characters_at_full_length(
+    redis_client: Any,
+) -> None:
+    key = "🔑" * 200  # 800 bytes in UTF-8
+    first = schedule(order_cancel, delay=60, args=[1], key=key)
+    with pytest.raises(DuplicateTask) as caught:
+        schedule(order_cancel, delay=60, args=[2], key=key)
+    assert caught.value.existing_id == first.pk
+    assert DelayedTask.objects.get().key == key
+    with pytest.raises(InvalidArgument, match="at most 200"):
+        schedule(order_cancel, delay=60, args=[3], key=key + "🔑")
+    assert DelayedTask.objects.count() == 1
+
+
+def test_a_key_with_a_nul_byte_is_refused_and_nothing_is_written(
+    redis_client: Any,
+) -> None:
+    with pytest.raises(InvalidArgument, match="key="):
+        schedule(order_cancel, delay=60, args=[1], key="order\x001")
+    assert not DelayedTask.objects.exists()
+
+
+def test_eight_callers_racing_for_one_key_leave_one_task(redis_client: Any) -> None:
+    """Each caller on a connection of its own, all released at once."""
+    start = threading.Barrier(8)
+    won: list[Any] = []
+    refused: list[BaseException] = []
+
+    def caller(n: int) -> None:
+        try:
+            start.wait()
+            won.append(schedule(order_cancel, delay=60, args=[n], key="race"))
+        except DuplicateTask as exc:
+            refused.append(exc)
+        finally:
+            close_old_connections()
+            connection.close()
+
+    threads = [threading.Thread(target=caller, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(won) == 1, won
+    assert len(refused) == 7
+    assert list(
+        DelayedTask.objects.filter(key="race").values_list("pk", flat=True)
+    ) == [won[0].pk]
+
+
+def test_4_byte_characters_in_arguments_results_and_errors_are_kept(
+    redis_client: Any,
+) -> None:
+    text = "emoji 😀, CJK 𠜎, music 𝄞"
+    ran = schedule(record_call, args=[text])
+    sent = schedule(send_reminder, args=[1], kwargs={"text": text})
+    failed = schedule(always_fails, args=[f"no {text}"], max_attempts=1)
+    drain()
+    for row in (ran, sent, failed):
+        row.refresh_from_db()
+    assert (ran.status, ran.args, ran.result) == (Status.SUCCEEDED, [text], text)
+    assert (sent.status, sent.kwargs) == (Status.SUCCEEDED, {"text": text})
+    assert failed.status == Status.FAILED
+    assert text in failed.last_error
+    assert text in failed.last_traceback
+
+
+def test_a_nul_character_in_arguments_is_refused_on_every_database(
+    redis_client: Any,
+) -> None:
+    """PostgreSQL cannot store it, so no database takes it: a task written
+    on one database runs on any other."""
+    with pytest.raises(InvalidPayload, match="NUL character"):
+        schedule(send_reminder, args=[1], kwargs={"text": "a\x00b"})
+    assert not DelayedTask.objects.exists()
