@@ -49,10 +49,12 @@ dbs="sqlite postgres"
 leg_dbs=""
 fault_dbs=""
 # The fault scenarios a database's transactions and locks decide: workers
-# and groups killed or paused past their visibility timeout, Redis down,
-# restarted empty or flushed, dispatchers killed, a crash between commit and
-# the Redis write, cancel racing dispatch, periodic ticks through kills.
+# and groups killed or paused past their visibility timeout, the database's
+# sessions ended or the server restarted, Redis down, restarted empty or
+# flushed, dispatchers killed, a crash between commit and the Redis write,
+# cancel racing dispatch, periodic ticks through kills.
 CORE_FAULTS=(
+    tests/faults/test_database_faults.py
     tests/faults/test_worker_faults.py
     tests/faults/test_group_faults.py
     tests/faults/test_redis_faults.py

@@ -13,7 +13,31 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from django.db import DatabaseError
 from django.db.transaction import TransactionManagementError
+
+#: MySQL's and MariaDB's error codes for "this transaction was rolled back
+#: whole": a deadlock victim (1213). A lock wait timeout (1205) rolls back
+#: the statement only, unless innodb_rollback_on_timeout is on (then 1205
+#: comes with the same loss: it is counted too, to be safe).
+_TRANSACTION_ROLLED_BACK = frozenset({1213, 1205})
+
+
+class TransactionLost(DatabaseError):
+    """The database rolled back the group's whole transaction while a task
+    ran (MySQL and MariaDB roll a deadlock victim back entirely, savepoints
+    and all): none of the group's writes stand, whatever its tasks return."""
+
+
+def rolls_back_the_transaction(exc: BaseException, connection: Any) -> bool:
+    """Whether ``exc`` means the database rolled back the whole transaction,
+    not only the failed statement (PostgreSQL and SQLite never do)."""
+    return (
+        connection.vendor == "mysql"
+        and isinstance(exc, DatabaseError)
+        and bool(exc.args)
+        and exc.args[0] in _TRANSACTION_ROLLED_BACK
+    )
 
 
 class TaskSavepoints:
@@ -33,6 +57,9 @@ class TaskSavepoints:
         self.connection = connection
         self.sid: str | None = None  # the running task's savepoint name
         self.made = False
+        #: The error with which the database rolled back the whole
+        #: transaction, if it did (seen even when the task swallowed it).
+        self.lost: DatabaseError | None = None
 
     def __call__(
         self,
@@ -43,6 +70,21 @@ class TaskSavepoints:
         context: dict[str, Any],
     ) -> Any:
         """Django's execute wrapper: make the savepoint before the first SQL."""
+        try:
+            return self._execute(execute, sql, params, many, context)
+        except DatabaseError as exc:
+            if rolls_back_the_transaction(exc, self.connection):
+                self.lost = exc
+            raise
+
+    def _execute(
+        self,
+        execute: Callable[..., Any],
+        sql: Any,
+        params: Any,
+        many: bool,
+        context: dict[str, Any],
+    ) -> Any:
         if self.sid is None or self.made:
             return execute(sql, params, many, context)
         self.made = True  # first: the SAVEPOINT below comes through here
@@ -70,6 +112,7 @@ class TaskSavepoints:
         connection.savepoint_ids.append(sid)
         try:
             yield
+            self._check_not_lost()
             if connection.needs_rollback:
                 # The task caught a database error without an atomic() of
                 # its own: its writes cannot stand, so neither can its success.
@@ -78,7 +121,12 @@ class TaskSavepoints:
                     "database error; wrap the statement that may fail in "
                     "transaction.atomic()"
                 )
+        except TransactionLost:
+            raise
         except BaseException:
+            # Nothing to roll back to if the database dropped the whole
+            # transaction: the group must start again.
+            self._check_not_lost()
             self._roll_back(sid)
             raise
         else:
@@ -92,6 +140,12 @@ class TaskSavepoints:
         finally:
             self.sid = None
             connection.savepoint_ids.pop()
+
+    def _check_not_lost(self) -> None:
+        if self.lost is not None:
+            raise TransactionLost(
+                f"the database rolled back the group's transaction: {self.lost}"
+            ) from self.lost
 
     def _roll_back(self, sid: str) -> None:
         connection = self.connection

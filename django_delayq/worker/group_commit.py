@@ -38,7 +38,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from .. import registry, transitions
-from ..db.savepoints import TaskSavepoints
+from ..db.savepoints import TaskSavepoints, TransactionLost
 from ..models import DelayedTask
 from ..outcomes import Verdict, record_failure, report_start, report_success
 from .execution import (
@@ -217,15 +217,25 @@ def run_group(
                     successes.append(success)
             if not transitions.succeed_many(successes, timezone.now(), db):
                 raise Fenced
-    except Fenced:
+    except (Fenced, TransactionLost) as exc:
         # Some attempt of the group is another worker's now, and its
-        # function's writes cannot be told from its neighbours': nothing of
-        # the group was kept. Each task runs again alone, fenced alone.
-        logger.warning(
-            "a group of %d tasks was fenced (this worker was paused past its "
-            "visibility timeout?); running them one by one",
-            len(ran),
-        )
+        # function's writes cannot be told from its neighbours', or the
+        # database rolled the whole transaction back (a deadlock on MySQL
+        # and MariaDB): nothing of the group was kept. Each task runs again
+        # alone, fenced alone.
+        if isinstance(exc, Fenced):
+            logger.warning(
+                "a group of %d tasks was fenced (this worker was paused past "
+                "its visibility timeout?); running them one by one",
+                len(ran),
+            )
+        else:
+            logger.warning(
+                "a group of %d tasks lost its transaction (%s); running them "
+                "one by one",
+                len(ran),
+                exc.__cause__ or exc,
+            )
         # Nothing of the group was kept: each row is as it was claimed.
         for row, _ in ran:
             claimed[row.pk].restore(row)
@@ -273,6 +283,8 @@ def _run_one(
                 value = stored_value(row, value)
         finally:
             runs.append((row.name, time.monotonic() - clock))
+    except TransactionLost:
+        raise  # not this task's failure: the whole group's
     except FAILURES as exc:
         # Only this task's savepoint was rolled back. Task code calling
         # sys.exit() fails its attempt like any error.

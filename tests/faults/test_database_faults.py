@@ -1,6 +1,6 @@
-"""The database going away while workers complete tasks (PostgreSQL): its
-connections terminated, or the server restarted. Once it is back everything
-drains, with nothing lost and no duplicate effect."""
+"""The database going away while workers complete tasks (PostgreSQL or
+MariaDB): its connections terminated, or the server restarted. Once it is
+back everything drains, with nothing lost and no duplicate effect."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tests.faults.harness import Rig, schedule_records
 from tests.faults.invariants import Expect, check
 from tests.testapp.models import Ledger
 from tools.procs import wait_for
-from tools.servers import PostgresServer
+from tools.servers import MariaDBServer, PostgresServer
 
 pytestmark = [
     pytest.mark.faults,
@@ -27,18 +27,35 @@ TASKS = 300
 
 
 @pytest.fixture
-def pg(postgres_server: PostgresServer | None) -> PostgresServer:
-    if settings.TEST_DB != "postgres" or postgres_server is None:
+def db_server(
+    postgres_server: PostgresServer | None, mariadb_server: MariaDBServer | None
+) -> PostgresServer | MariaDBServer:
+    server = postgres_server or mariadb_server
+    if server is None:
         pytest.skip(
-            "needs PostgreSQL (DELAYQ_TEST_DB=postgres): the SQLite test database "
-            "is a file every process opens itself, it cannot go away"
+            f"needs a database server (DELAYQ_TEST_DB={settings.TEST_DB}): the "
+            "SQLite test database is a file every process opens itself, it "
+            "cannot go away"
         )
-    return postgres_server
+    return server
 
 
 def terminate_backends() -> int:
     """End every other session on the test database, as an admin would."""
     with connection.cursor() as cursor:
+        if connection.vendor == "mysql":
+            cursor.execute(
+                "SELECT ID FROM information_schema.PROCESSLIST "
+                "WHERE DB = DATABASE() AND ID <> CONNECTION_ID()"
+            )
+            ended = 0
+            for (session,) in cursor.fetchall():
+                try:
+                    cursor.execute("KILL CONNECTION %s", [session])
+                    ended += 1
+                except OperationalError:
+                    pass  # it ended meanwhile (1094: unknown thread id)
+            return ended
         cursor.execute(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
@@ -64,7 +81,7 @@ def reconnect(seconds: float = 30) -> None:
 
 
 def test_backends_terminated_while_workers_complete_tasks(
-    rig: Rig, pg: PostgresServer
+    rig: Rig, db_server: PostgresServer | MariaDBServer
 ) -> None:
     procs = [rig.sweeper(), rig.dispatcher(), rig.worker(), rig.worker()]
     rig.wait_ready(*procs)
@@ -92,7 +109,7 @@ def test_backends_terminated_while_workers_complete_tasks(
 
 
 def test_database_restarted_while_workers_complete_tasks(
-    rig: Rig, pg: PostgresServer
+    rig: Rig, db_server: PostgresServer | MariaDBServer
 ) -> None:
     procs = [rig.sweeper(), rig.dispatcher(), rig.worker(), rig.worker()]
     rig.wait_ready(*procs)
@@ -100,9 +117,9 @@ def test_database_restarted_while_workers_complete_tasks(
     wait_for(lambda: Ledger.objects.count() >= TASKS // 4, 60, "a quarter has run")
     connections.close_all()  # ours would break with the server
     down = time.monotonic()
-    pg.stop()
+    db_server.stop()
     time.sleep(2.0)
-    pg.start()
+    db_server.start()
     down = time.monotonic() - down
     reconnect()
     left = TASKS - Ledger.objects.count()
@@ -116,7 +133,7 @@ def test_database_restarted_while_workers_complete_tasks(
     )
     check(
         rig,
-        "PostgreSQL restarted during completion",
+        f"{db_server.name} restarted during completion",
         expect,
         notes=f"down {down:.1f} s, {left} tasks left after",
     )

@@ -30,7 +30,10 @@ from tests.faults.harness import (
     schedule_bulk,
 )
 from tests.faults.invariants import Expect, check
-from tests.faults.test_database_faults import pg, terminate_backends  # noqa: F401
+from tests.faults.test_database_faults import (  # noqa: F401
+    db_server,
+    terminate_backends,
+)
 from tests.testapp.models import Ledger
 from tests.testapp.tasks import gated_record, poison, record
 from tools.procs import wait_for
@@ -263,9 +266,9 @@ def test_a_group_paused_past_its_visibility_timeout_is_fenced(
 
 def test_database_sessions_terminated_while_groups_commit(
     rig: Rig,
-    pg: object,  # noqa: F811
+    db_server: object,  # noqa: F811
 ) -> None:
-    """pg_terminate_backend every worker session, three times, while groups
+    """End every worker's database session, three times, while groups
     run and commit: a group is all or nothing, and its tasks run again once."""
     procs = [rig.sweeper(), rig.dispatcher(), rig.worker(), rig.worker()]
     rig.wait_ready(*procs)

@@ -3,8 +3,10 @@ commit per group, and each task's effects still stand or fall on their own."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_delayq import schedule, schedule_many
@@ -26,11 +28,13 @@ from tests.testapp.tasks import (
     create_order,
     create_order_non_atomic,
     create_order_or_raise,
+    holds_first_row,
     notes_on_commit,
     order_with_pk,
     raises_on_commit,
     slow_order,
     swallows_db_error,
+    updates_in_order,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -297,3 +301,52 @@ def test_a_task_whose_first_statement_reads_through_a_cursor_runs_in_a_group(
     _batch(redis_client).handle(_read_all(redis_client))
     assert sorted(refresh(task).result for task in tasks) == [5, 6, 7]
     assert Order.objects.count() == 8
+
+
+def test_a_deadlock_in_a_group_keeps_nothing_and_runs_each_task_again_alone(
+    redis_client,
+):
+    """MySQL and MariaDB roll a deadlock's victim back whole, savepoints and
+    all; the group's earlier tasks must not be recorded as done. (PostgreSQL
+    rolls back to the task's savepoint: only the victim fails.)"""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite has one writer at a time: no deadlock to lose")
+    first, second = Order.objects.create(), Order.objects.create()
+    # Each in a group with a neighbour that writes first.
+    before = schedule(create_order, args=["before"])
+    victim = schedule(updates_in_order, args=[first.pk, second.pk])
+    holds_first_row.clear()
+    ready = threading.Event()
+
+    def other_transaction() -> None:
+        # Heavier than the group's (more rows changed), so that InnoDB picks
+        # the group as the victim; takes the rows the other way round.
+        try:
+            with transaction.atomic():
+                Order.objects.bulk_create(Order(status="filler") for _ in range(50))
+                Order.objects.filter(pk=second.pk).update(status="other")
+                ready.set()
+                assert holds_first_row.wait(30)
+                Order.objects.filter(pk=first.pk).update(status="other")
+        except DatabaseError:
+            pass  # the victim, on a database that picked it instead
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=other_transaction)
+    thread.start()
+    assert ready.wait(30)
+    entries = _read_all(redis_client)
+    _batch(redis_client).handle(entries)
+    thread.join(60)
+    assert refresh(before).status == Status.SUCCEEDED
+    # Its order exists once: the group's rolled-back write is not counted as
+    # its success, and running it again alone wrote it once.
+    assert Order.objects.filter(status="before").count() == 1
+    row = refresh(victim)
+    if row.status == Status.SUCCEEDED:
+        assert Order.objects.get(pk=second.pk).status == "second"
+    else:
+        # It was the deadlock's victim alone (PostgreSQL): a retry is due.
+        assert (row.status, row.attempts) == (Status.SCHEDULED, 1)
+        assert "deadlock" in row.last_error.lower()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import threading
 
 from django_delayq import task
 
@@ -395,3 +396,19 @@ def count_run() -> None:
     from tests.testapp.models import Ledger
 
     Ledger.objects.create(key="count_run", pid=os.getpid(), at=timezone.now())
+
+
+#: Set by ``updates_in_order`` once it holds its first row's lock, for a
+#: test that makes it a deadlock's victim.
+holds_first_row = threading.Event()
+
+
+@task
+def updates_in_order(first: int, second: int) -> None:
+    """Update the order ``first``, then ``second``: with another transaction
+    taking them the other way round, a deadlock."""
+    from tests.testapp.models import Order
+
+    Order.objects.filter(pk=first).update(status="first")
+    holds_first_row.set()
+    Order.objects.filter(pk=second).update(status="second")
