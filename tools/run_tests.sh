@@ -53,12 +53,17 @@ fault_dbs=""
 # sessions ended or the server restarted, Redis down, restarted empty or
 # flushed, dispatchers killed, a crash between commit and the Redis write,
 # cancel racing dispatch, periodic ticks through kills.
+# (The dispatcher's and Sentinel's and Cluster's scenarios, a worker's
+# SIGTERM and Redis frozen or rolled back to a snapshot exercise processes
+# and Redis, not the database: they run on PostgreSQL only.)
 CORE_FAULTS=(
     tests/faults/test_database_faults.py
-    tests/faults/test_worker_faults.py
+    tests/faults/test_worker_faults.py::test_worker_killed_mid_task
+    tests/faults/test_worker_faults.py::test_worker_paused_past_its_visibility_timeout
+    tests/faults/test_worker_faults.py::test_a_poison_task_fails_after_its_attempts_and_harms_no_other
     tests/faults/test_group_faults.py
-    tests/faults/test_redis_faults.py
-    tests/faults/test_dispatcher_faults.py
+    tests/faults/test_redis_faults.py::test_redis_down_during_schedule_then_back_empty
+    tests/faults/test_redis_faults.py::test_redis_loses_everything_mid_drain
     tests/faults/test_crash_after_commit.py
     tests/faults/test_cancel_race.py
     tests/faults/test_periodic_faults.py
@@ -81,11 +86,16 @@ PROCESS_TESTS=(
 # Fresh projects of their own, on their own SQLite file: docs/quickstart.md
 # followed (tests/docs), and a project's own `manage.py test` beside its
 # development processes; the testing toolkit in a user's project, pytest
-# and the example's own tests, and its async view under uvicorn.
+# and the example's own tests, and its async view under uvicorn; the example
+# shop on its own SQLite file; the commands under a least-privilege Redis
+# user (Redis's ACL, whatever the database). None depends on the suite's
+# database: they run once per leg.
 USER_PROJECT_TESTS=(
     tests/docs/test_quickstart.py
     tests/acceptance/test_user_project_tests.py
     tests/acceptance/test_testing_toolkit_projects.py
+    tests/acceptance/test_example_shop.py
+    tests/acceptance/test_redis_acl.py
 )
 faults_leg=""
 browser_legs=()

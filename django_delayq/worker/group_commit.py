@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 from django.utils import timezone
 
 from .. import registry, transitions
@@ -194,8 +194,8 @@ def run_group(
     claimed: dict[Any, _Snapshot] = {}
     runs: list[tuple[str, float]] = []  # (name, seconds) of each function
     began = time.monotonic()
+    savepoints = TaskSavepoints(connections[db])
     try:
-        savepoints = TaskSavepoints(connections[db])
         with (
             transaction.atomic(using=db),
             connections[db].execute_wrapper(savepoints),
@@ -215,8 +215,14 @@ def run_group(
                 success = _run_one(row, registered, savepoints, runs, watchdog)
                 if success is not None:
                     successes.append(success)
-            if not transitions.succeed_many(successes, timezone.now(), db):
-                raise Fenced
+            try:
+                if not transitions.succeed_many(successes, timezone.now(), db):
+                    raise Fenced
+            except DatabaseError as exc:
+                # The group's own statement was the deadlock's victim.
+                if savepoints.lost is exc:
+                    raise TransactionLost(str(exc)) from exc
+                raise
     except (Fenced, TransactionLost) as exc:
         # Some attempt of the group is another worker's now, and its
         # function's writes cannot be told from its neighbours', or the
