@@ -47,3 +47,11 @@ class OutboxApartRouter:
 
     def db_for_write(self, model: Any, **hints: Any) -> str | None:
         return "replica" if model.__name__ == "OutboxEntry" else None
+
+
+class TaskReadsFromReplicaRouter(ReadReplicaRouter):
+    """Only django-delayq's reads from ``replica`` (whatever rows a test put
+    there: a replica behind); the rest, logins included, on ``default``."""
+
+    def db_for_read(self, model: Any, **hints: Any) -> str | None:
+        return "replica" if model._meta.app_label == "django_delayq" else None

@@ -28,7 +28,7 @@ from django.utils.text import Truncator, capfirst
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from ..models import DelayedTask
+from ..models import DelayedTask, write_db
 from . import display
 from .task_actions import CANCEL, RETRY, RUN_NOW, Result, TaskAction
 
@@ -150,7 +150,10 @@ def _log(request: HttpRequest, done: list[uuid.UUID], action: TaskAction) -> Non
     user_id = request.user.pk
     if user_id is not None:  # always, behind the admin's login
         rows = list(
-            DelayedTask.objects.filter(pk__in=done).only("id", "name", "status")
+            # Just written: read where they were written, not from a replica.
+            DelayedTask.objects.using(write_db())
+            .filter(pk__in=done)
+            .only("id", "name", "status")
         )
         LogEntry.objects.log_actions(
             user_id=user_id,

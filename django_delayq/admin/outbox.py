@@ -18,7 +18,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from .. import outbox
-from ..models import OutboxEntry
+from ..models import OutboxEntry, write_db
 from . import display
 from .readonly import ReadOnlyAdmin
 
@@ -53,7 +53,8 @@ def replay_outbox(
         failed += result.failed
         if result.failed or result.replayed < BATCH:
             break
-    left = OutboxEntry.objects.filter(pk__in=selected_ids)
+    # What the replay left, read where it wrote (a replica may lag).
+    left = OutboxEntry.objects.using(write_db()).filter(pk__in=selected_ids)
     if failed:
         error = left.exclude(last_error="").values_list("last_error", flat=True)
         model_admin.message_user(

@@ -29,7 +29,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from ..models import DelayedTask, PeriodicSchedule, Status
+from ..models import DelayedTask, PeriodicSchedule, Status, write_db
 from ..recurring import Schedule
 from ..recurring.overview import ScheduleState, late_ticks, state_of, tick_prefix
 from ..recurring.planner import pause, resume
@@ -102,7 +102,10 @@ def _act(
     for row in queryset.order_by("name"):
         try:
             if pausing:
-                before = PeriodicSchedule.objects.get(pk=row.pk).paused
+                # From the primary: the read that decides, next to the write.
+                before = (
+                    PeriodicSchedule.objects.using(write_db()).get(pk=row.pk).paused
+                )
                 cancelled += pause(row.name)
                 if not before:
                     changed.append(row)

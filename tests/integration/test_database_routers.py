@@ -189,3 +189,32 @@ def test_the_suites_database_is_not_e019():
     from django.core import checks
 
     assert not [m for m in checks.run_checks() if m.id == "delayq.E019"]
+
+
+@override_settings(DATABASE_ROUTERS=["tests.routers.TaskReadsFromReplicaRouter"])
+def test_the_admin_decides_its_pause_on_the_primary_not_a_lagging_replica(
+    redis_client, django_user_model
+):
+    """The replica still shows the schedule running; it was paused already."""
+    from django.test import Client
+    from django.urls import reverse
+
+    with declared_schedule("carts", record_tick, every=SECOND):
+        plan()
+        pause("carts")
+        primary = PeriodicSchedule.objects.using("default").get(name="carts")
+        assert primary.paused
+        stale = PeriodicSchedule.objects.using("default").get(name="carts")
+        stale.paused = False
+        stale.save(using="replica", force_insert=True)
+        admin_user = django_user_model.objects.create_superuser("root", "", "pw")
+        client = Client()
+        client.force_login(admin_user)
+        answer = client.post(
+            reverse("admin:django_delayq_periodicschedule_changelist"),
+            {"action": "pause_schedules", "_selected_action": ["carts"]},
+            follow=True,
+        )
+    text = answer.content.decode()
+    assert "Paused 0 schedules" in text, text
+    assert "1 was paused already." in text
