@@ -110,7 +110,7 @@ def _check_charset(alias: str, connection: Any) -> list[CheckMessage]:
     failure not recorded."""
     charset = str(connection.settings_dict.get("OPTIONS", {}).get("charset", "utf8"))
     if charset.startswith("utf8mb4"):
-        return []
+        return _check_table_charset(alias, connection)
     return [
         Error(
             f"The task rows' database {alias!r} is connected in {charset!r}, "
@@ -118,6 +118,44 @@ def _check_charset(alias: str, connection: Any) -> list[CheckMessage]:
             f"whose arguments or error hold one could not be written.",
             hint=f"Set DATABASES[{alias!r}]['OPTIONS']['charset'] = 'utf8mb4' "
             "(and create the database with CHARACTER SET utf8mb4).",
+            id=check_ids.DATABASE_CHARSET,
+        )
+    ]
+
+
+def _check_table_charset(alias: str, connection: Any) -> list[CheckMessage]:
+    """``delayq.E020`` for the tables: a database created in another
+    character set (``latin1`` is MariaDB's own default) gives the tables
+    that set, whatever the connection's."""
+    from django.db import DatabaseError
+
+    from ..models import DelayedTask
+
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT COLUMN_NAME, CHARACTER_SET_NAME "
+                "FROM information_schema.COLUMNS "
+                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s "
+                "AND CHARACTER_SET_NAME IS NOT NULL "
+                "AND CHARACTER_SET_NAME <> 'utf8mb4' ORDER BY ORDINAL_POSITION",
+                [DelayedTask._meta.db_table],
+            )
+            narrow = cursor.fetchall()
+    except DatabaseError:
+        return []  # no server to ask, or not migrated: nothing to check yet
+    if not narrow:
+        return []
+    columns = ", ".join(f"{name} ({charset})" for name, charset in narrow)
+    table = DelayedTask._meta.db_table
+    return [
+        Error(
+            f"The task table on {alias!r} has columns that cannot hold 4-byte "
+            f"characters (emoji, some CJK): {columns}. A task whose arguments or "
+            f"error hold one could not be written.",
+            hint=f"ALTER TABLE {table} CONVERT TO CHARACTER SET utf8mb4; and "
+            "make utf8mb4 the database's default (ALTER DATABASE ... CHARACTER "
+            "SET utf8mb4).",
             id=check_ids.DATABASE_CHARSET,
         )
     ]

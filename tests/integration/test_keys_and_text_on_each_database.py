@@ -124,3 +124,29 @@ def test_a_nul_character_in_arguments_is_refused_on_every_database(
     with pytest.raises(InvalidPayload, match="NUL character"):
         schedule(send_reminder, args=[1], kwargs={"text": "a\x00b"})
     assert not DelayedTask.objects.exists()
+
+
+def test_a_task_table_not_in_utf8mb4_is_refused_as_e020() -> None:
+    """As on a MariaDB whose database was created in its own default,
+    latin1: the columns are, whatever the connection's character set."""
+    from django.core import checks
+
+    if connection.vendor != "mysql":
+        pytest.skip("only MySQL and MariaDB store text in a chosen character set")
+    table = DelayedTask._meta.db_table
+    assert not [m for m in checks.run_checks() if m.id == "delayq.E020"]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"ALTER TABLE {table} MODIFY last_error longtext "
+            "CHARACTER SET latin1 NOT NULL"
+        )
+    try:
+        [found] = [m for m in checks.run_checks() if m.id == "delayq.E020"]
+        assert "last_error (latin1)" in found.msg
+        assert "CONVERT TO CHARACTER SET utf8mb4" in str(found.hint)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"ALTER TABLE {table} MODIFY last_error longtext "
+                "CHARACTER SET utf8mb4 NOT NULL"
+            )
