@@ -28,6 +28,7 @@ from django.utils import timezone
 from . import registry, signals, transitions
 from .changes import acancel, areschedule, aretry, cancel, reschedule, retry
 from .conf import get_settings
+from .db.deadlocks import retrying_deadlocks
 from .db.inserts import insert_rows, new_row, plain_rows
 from .exceptions import DuplicateTask, InvalidArgument, TaskRefused
 from .ids import shard_of, uuid7
@@ -125,16 +126,21 @@ def schedule(
         index_after_commit([task], OutboxEntry.Action.SCHEDULE, db)
         signals.send_on_commit(signals.task_scheduled, [task], db)
         return task
-    # A savepoint (when the caller has a transaction): if the key is held,
-    # the failed INSERT and any replacement are undone and the caller's
-    # transaction stays usable (PostgreSQL aborts it on a failed statement).
-    with _key_clash_as_duplicate([key], db), transaction.atomic(using=db):
-        if replace:
-            _release_key(key, db)
-        task.save(force_insert=True, using=db)
-        index_after_commit([task], OutboxEntry.Action.SCHEDULE, db)
-        signals.send_on_commit(signals.task_scheduled, [task], db)
-    return task
+
+    def write() -> DelayedTask:
+        # A savepoint (when the caller has a transaction): if the key is held,
+        # the failed INSERT and any replacement are undone and the caller's
+        # transaction stays usable (PostgreSQL aborts it on a failed
+        # statement).
+        with _key_clash_as_duplicate([key], db), transaction.atomic(using=db):
+            if replace:
+                _release_key(key, db)
+            task.save(force_insert=True, using=db)
+            index_after_commit([task], OutboxEntry.Action.SCHEDULE, db)
+            signals.send_on_commit(signals.task_scheduled, [task], db)
+        return task
+
+    return retrying_deadlocks(db, write)
 
 
 def schedule_many(
@@ -167,11 +173,15 @@ def schedule_many(
     if not tasks:
         return []
     db = write_alias(using)
-    with _key_clash_as_duplicate(seen_keys, db), transaction.atomic(using=db):
-        insert_rows(tasks, db)
-        index_after_commit(tasks, OutboxEntry.Action.SCHEDULE, db)
-        signals.send_on_commit(signals.task_scheduled, tasks, db)
-    return tasks
+
+    def write() -> list[DelayedTask]:
+        with _key_clash_as_duplicate(seen_keys, db), transaction.atomic(using=db):
+            insert_rows(tasks, db)
+            index_after_commit(tasks, OutboxEntry.Action.SCHEDULE, db)
+            signals.send_on_commit(signals.task_scheduled, tasks, db)
+        return tasks
+
+    return retrying_deadlocks(db, write) if seen_keys else write()
 
 
 @dataclass(frozen=True)

@@ -16,28 +16,13 @@ from typing import Any
 from django.db import DatabaseError
 from django.db.transaction import TransactionManagementError
 
-#: MySQL's and MariaDB's error codes for "this transaction was rolled back
-#: whole": a deadlock victim (1213). A lock wait timeout (1205) rolls back
-#: the statement only, unless innodb_rollback_on_timeout is on (then 1205
-#: comes with the same loss: it is counted too, to be safe).
-_TRANSACTION_ROLLED_BACK = frozenset({1213, 1205})
+from .deadlocks import rolls_back_the_transaction
 
 
 class TransactionLost(DatabaseError):
     """The database rolled back the group's whole transaction while a task
     ran (MySQL and MariaDB roll a deadlock victim back entirely, savepoints
     and all): none of the group's writes stand, whatever its tasks return."""
-
-
-def rolls_back_the_transaction(exc: BaseException, connection: Any) -> bool:
-    """Whether ``exc`` means the database rolled back the whole transaction,
-    not only the failed statement (PostgreSQL and SQLite never do)."""
-    return (
-        connection.vendor == "mysql"
-        and isinstance(exc, DatabaseError)
-        and bool(exc.args)
-        and exc.args[0] in _TRANSACTION_ROLLED_BACK
-    )
 
 
 class TaskSavepoints:

@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 import pytest
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, transaction
 
 from django_delayq import cancel, schedule
 from django_delayq.exceptions import DuplicateTask, InvalidArgument, InvalidPayload
@@ -129,19 +129,20 @@ def test_a_nul_character_in_arguments_is_refused_on_every_database(
 def test_a_task_table_not_in_utf8mb4_is_refused_as_e020() -> None:
     """As on a MariaDB whose database was created in its own default,
     latin1: the columns are, whatever the connection's character set."""
-    from django.core import checks
+    from django_delayq.checks.config import check_database_vendor
 
     if connection.vendor != "mysql":
         pytest.skip("only MySQL and MariaDB store text in a chosen character set")
     table = DelayedTask._meta.db_table
-    assert not [m for m in checks.run_checks() if m.id == "delayq.E020"]
+    assert check_database_vendor() == []
     with connection.cursor() as cursor:
         cursor.execute(
             f"ALTER TABLE {table} MODIFY last_error longtext "
             "CHARACTER SET latin1 NOT NULL"
         )
     try:
-        [found] = [m for m in checks.run_checks() if m.id == "delayq.E020"]
+        [found] = check_database_vendor()
+        assert found.id == "delayq.E020"
         assert "last_error (latin1)" in found.msg
         assert "CONVERT TO CHARACTER SET utf8mb4" in str(found.hint)
     finally:
@@ -150,3 +151,81 @@ def test_a_task_table_not_in_utf8mb4_is_refused_as_e020() -> None:
                 f"ALTER TABLE {table} MODIFY last_error longtext "
                 "CHARACTER SET utf8mb4 NOT NULL"
             )
+
+
+def test_callers_left_waiting_by_a_rolled_back_holder_get_the_key_or_a_duplicate(
+    redis_client: Any,
+) -> None:
+    """Two callers wait on a key another transaction inserted; it rolls
+    back. On MariaDB both then hold a shared lock on the key and each waits
+    for the other: one is a deadlock's victim, whose ``schedule()`` (in
+    autocommit, owning its transaction) tries again and meets the winner's
+    key. Every database: one task, one ``DuplicateTask``, no other error."""
+    holding = threading.Event()
+    release = threading.Event()
+    won: list[Any] = []
+    refused: list[BaseException] = []
+    other: list[BaseException] = []
+
+    def holder() -> None:
+        try:
+            with transaction.atomic():
+                schedule(order_cancel, delay=60, args=[0], key="contested")
+                holding.set()
+                assert release.wait(30)
+                transaction.set_rollback(True)
+        finally:
+            connection.close()
+
+    def caller(n: int) -> None:
+        try:
+            won.append(schedule(order_cancel, delay=60, args=[n], key="contested"))
+        except DuplicateTask as exc:
+            refused.append(exc)
+        except BaseException as exc:  # any other is the failure
+            other.append(exc)
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=holder)
+    first.start()
+    assert holding.wait(30)
+    callers = [threading.Thread(target=caller, args=(n,)) for n in (1, 2)]
+    for thread in callers:
+        thread.start()
+    try:
+        waiting_for_the_lock(2)
+    finally:
+        release.set()
+    for thread in [first, *callers]:
+        thread.join(60)
+    assert other == []
+    assert (len(won), len(refused)) == (1, 1)
+    assert list(
+        DelayedTask.objects.filter(key="contested").values_list("pk", flat=True)
+    ) == [won[0].pk]
+
+
+def waiting_for_the_lock(count: int) -> None:
+    """Wait until ``count`` sessions wait for a lock (MariaDB, PostgreSQL),
+    or a moment for the callers to block (SQLite, which has no such view)."""
+    import time
+
+    deadline = time.monotonic() + 30
+    query = {
+        "mysql": "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+        "WHERE COMMAND = 'Query' AND INFO LIKE 'INSERT INTO%delayedtask%'",
+        "postgresql": "SELECT COUNT(*) FROM pg_stat_activity "
+        "WHERE wait_event_type = 'Lock'",
+    }.get(connection.vendor)
+    if query is None:
+        time.sleep(0.5)
+        return
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute(query)
+            (waiting,) = cursor.fetchone()
+        if waiting >= count:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{count} sessions never waited for the key's lock")
