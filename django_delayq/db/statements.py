@@ -107,13 +107,21 @@ def claim_due(
         return _claim_due_mysql(claims, now, worker, using)
     n = len(claims)
     sql = _cached(connection, ("claim", n), lambda: _claim_sql(connection, n))
+    params = _claim_params(claims, moment, worker, connection)
+    # raw() applies the fields' from-database conversions (JSON, datetimes).
+    return list(DelayedTask.objects.using(using).raw(sql, params))
+
+
+def _claim_params(
+    claims: Sequence[tuple[Any, str]], moment: Any, worker: str, connection: Any
+) -> list[Any]:
+    """The parameters of the claim statements that take one ``WHEN`` per row
+    (all but PostgreSQL's)."""
     ids = [prep("id", task_id, connection) for task_id, _ in claims]
     params: list[Any] = ["running", moment, worker]
     for task_id, entry_id in zip(ids, (entry for _, entry in claims), strict=True):
         params += [task_id, entry_id]
-    params += [*ids, "scheduled", moment]
-    # raw() applies the fields' from-database conversions (JSON, datetimes).
-    return list(DelayedTask.objects.using(using).raw(sql, params))
+    return [*params, *ids, "scheduled", moment]
 
 
 def _claim_due_mysql(
@@ -130,13 +138,8 @@ def _claim_due_mysql(
     moment = prep("started_at", now, connection)
     n = len(claims)
     sql = _cached(connection, ("claim", n), lambda: _claim_sql_mysql(connection, n))
-    ids = [prep("id", task_id, connection) for task_id, _ in claims]
-    params: list[Any] = ["running", moment, worker]
-    for task_id, entry_id in zip(ids, (entry for _, entry in claims), strict=True):
-        params += [task_id, entry_id]
-    params += [*ids, "scheduled", moment]
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(sql, _claim_params(claims, moment, worker, connection))
         if not cursor.rowcount:
             return []
     entries = dict(claims)

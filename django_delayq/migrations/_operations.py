@@ -103,15 +103,23 @@ class EnforceActiveKeyOnMySQL(migrations.operations.base.Operation):
     def state_forwards(self, app_label: str, state: Any) -> None:
         pass  # the model does not declare the column (see the docstring)
 
+    def _model_here(self, app_label: str, schema_editor: Any, state: Any) -> Any:
+        """The model, if this database is MySQL or MariaDB and has it."""
+        model = state.apps.get_model(app_label, self.model_name)
+        connection = schema_editor.connection
+        if connection.vendor != "mysql":
+            return None
+        if not self.allow_migrate_model(connection.alias, model):
+            return None
+        return model
+
     def database_forwards(
         self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
     ) -> None:
-        model = to_state.apps.get_model(app_label, self.model_name)
+        model = self._model_here(app_label, schema_editor, to_state)
+        if model is None:
+            return
         connection = schema_editor.connection
-        if connection.vendor != "mysql":
-            return
-        if not self.allow_migrate_model(connection.alias, model):
-            return
         quote = schema_editor.quote_name
         table = quote(model._meta.db_table)
         key = model._meta.get_field("key")
@@ -150,11 +158,8 @@ class EnforceActiveKeyOnMySQL(migrations.operations.base.Operation):
     def database_backwards(
         self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
     ) -> None:
-        model = from_state.apps.get_model(app_label, self.model_name)
-        connection = schema_editor.connection
-        if connection.vendor != "mysql":
-            return
-        if not self.allow_migrate_model(connection.alias, model):
+        model = self._model_here(app_label, schema_editor, from_state)
+        if model is None:
             return
         quote = schema_editor.quote_name
         schema_editor.execute(

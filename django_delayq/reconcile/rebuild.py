@@ -34,6 +34,7 @@ from ..store import epochs
 from ..store.connection import Client
 from ..store.errors import error_text
 from ..store.keys import ShardKeys
+from .reads import read_in_run_at_order
 from .shard import Repairs, ShardRows, Window, repair_shard
 
 logger = logging.getLogger(__name__)
@@ -115,12 +116,12 @@ def _scheduled(
         or_, (Q(queue=queue, shard__in=numbers) for queue, numbers in by_queue.items())
     )
     rows: dict[tuple[str, int], list[DelayedTask]] = defaultdict(list)
-    for row in (
+    # In batches, with no server-side cursor (see .reads: PgBouncer).
+    for row in read_in_run_at_order(
         DelayedTask.objects.using(db)
         .filter(where, status=Status.SCHEDULED, run_at__lte=until)
-        .only("id", "queue", "shard", "run_at", "status", "attempts", "priority")
-        .order_by("run_at")
-        .iterator(chunk_size=BATCH)
+        .only("id", "queue", "shard", "run_at", "status", "attempts", "priority"),
+        BATCH,
     ):
         rows[row.queue, row.shard].append(row)
     return rows

@@ -23,6 +23,7 @@ from ..ids import process_name
 from ..models import DelayedTask, Status, write_db
 from ..outbox import replay_outbox
 from ..ownership import check_prefix_if_reachable
+from ..reconcile.reads import read_in_run_at_order
 from ..reconcile.shard import Repairs, ShardRows, Window, repair_shard
 from ..recurring.keeper import Keeper
 from ..store import epochs, leases
@@ -280,18 +281,19 @@ class Sweeper:
         # rebuilds it, so it claims the rebuild (and marks it done below)
         # before reading the rows, as a dispatcher would (reconcile.rebuild).
         claimed = self._claim_lost(client)
-        # Rows first: anything indexed after this read is found below.
+        # Rows first: anything indexed after this read is found below. In
+        # batches, the most overdue first (they go back first), with no
+        # server-side cursor (see reconcile.reads: PgBouncer).
         scheduled: dict[tuple[str, int], list[DelayedTask]] = defaultdict(list)
-        for row in (
+        for row in read_in_run_at_order(
             DelayedTask.objects.using(self.db)
             .filter(status=Status.SCHEDULED, run_at__lte=horizon)
-            .only("id", "queue", "shard", "run_at", "status", "attempts", "priority")
-            .order_by("run_at")  # the most overdue go back first
-            .iterator(chunk_size=BATCH)
+            .only("id", "queue", "shard", "run_at", "status", "attempts", "priority"),
+            BATCH,
         ):
             scheduled[row.queue, row.shard].append(row)
         running: dict[tuple[str, int], list[DelayedTask]] = defaultdict(list)
-        for row in (
+        for row in read_in_run_at_order(
             DelayedTask.objects.using(self.db)
             .filter(status=Status.RUNNING, started_at__lt=stale_before)
             .only(
@@ -303,8 +305,8 @@ class Sweeper:
                 "attempts",
                 "max_attempts",
                 "priority",
-            )
-            .iterator(chunk_size=BATCH)
+            ),
+            BATCH,
         ):
             running[row.queue, row.shard].append(row)
         todo = sum(map(len, scheduled.values()))

@@ -4,6 +4,7 @@ router names for writing its models, whatever it says for reads."""
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 import pytest
 from django.test import override_settings
@@ -123,27 +124,7 @@ def test_an_untested_mysql_server_for_the_task_rows_is_refused_as_e019(
 ) -> None:
     """As a project on MySQL meets it: ``manage.py check`` fails, and says
     how to go on."""
-    import os
-    import subprocess
-    import sys
-
-    from tests.acceptance.processes import ROOT
-
-    done = subprocess.run(
-        [sys.executable, "-m", "django", "check"],
-        env={
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.settings_mysql_vendor",
-            "DELAYQ_FAKE_MYSQL": server,
-            # The other aliases on SQLite: Django's checks connect to each.
-            "DELAYQ_TEST_DB": "sqlite",
-            "PYTHONPATH": str(ROOT),
-        },
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = check_as_a_project_on(server)
     assert done.returncode == 1, done.stdout + done.stderr
     assert (
         f"(delayq.E019) The task rows' database 'default' is {shown}, on which "
@@ -155,26 +136,7 @@ def test_an_untested_mysql_server_for_the_task_rows_is_refused_as_e019(
 
 def test_a_mariadb_connection_without_utf8mb4_is_refused_as_e020() -> None:
     """Django's default charset on MySQL, utf8, cannot carry an emoji."""
-    import os
-    import subprocess
-    import sys
-
-    from tests.acceptance.processes import ROOT
-
-    done = subprocess.run(
-        [sys.executable, "-m", "django", "check"],
-        env={
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.settings_mysql_vendor",
-            "DELAYQ_FAKE_MYSQL": "MariaDB 10.11.9",
-            "DELAYQ_TEST_DB": "sqlite",
-            "PYTHONPATH": str(ROOT),
-        },
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = check_as_a_project_on("MariaDB 10.11.9")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "E019" not in done.stderr
     assert (
@@ -218,3 +180,30 @@ def test_the_admin_decides_its_pause_on_the_primary_not_a_lagging_replica(
     text = answer.content.decode()
     assert "Paused 0 schedules" in text, text
     assert "1 was paused already." in text
+
+
+def check_as_a_project_on(server: str) -> Any:
+    """``manage.py check`` of a project whose task rows are on ``server`` (a
+    backend that says it is that server: tests/backends/mysql_vendor), in a
+    process of its own; the other aliases on SQLite (Django's checks connect
+    to each)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.acceptance.processes import ROOT
+
+    return subprocess.run(
+        [sys.executable, "-m", "django", "check"],
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.settings_mysql_vendor",
+            "DELAYQ_FAKE_MYSQL": server,
+            "DELAYQ_TEST_DB": "sqlite",
+            "PYTHONPATH": str(ROOT),
+        },
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
