@@ -114,6 +114,11 @@ have_mariadb() {
     [[ -x /usr/sbin/mariadbd ]] || command -v mariadbd >/dev/null
 }
 
+# tests/integration/test_pgbouncer.py runs the commands through it.
+have_pgbouncer() {
+    [[ -x /usr/sbin/pgbouncer ]] || command -v pgbouncer >/dev/null
+}
+
 # mysqlclient (the MySQL driver Django recommends) builds against these.
 have_mysqlclient_headers() {
     pkg-config --exists mysqlclient 2>/dev/null || pkg-config --exists libmariadb 2>/dev/null
@@ -140,6 +145,9 @@ install_servers() {
     if [[ $servers == all ]] && ! have_mariadb; then
         missing+=(mariadb-server)
     fi
+    if [[ $servers == all ]] && ! have_pgbouncer; then
+        missing+=(pgbouncer)
+    fi
     if [[ ${#missing[@]} -gt 0 ]]; then apt_install "${missing[@]}"; fi
     have_redis || die "redis-server still missing after installing it"
     if [[ $servers == all ]] && ! have_postgres; then
@@ -147,6 +155,9 @@ install_servers() {
     fi
     if [[ $servers == all ]] && ! have_mariadb; then
         die "mariadbd still missing after installing mariadb-server"
+    fi
+    if [[ $servers == all ]] && ! have_pgbouncer; then
+        die "pgbouncer still missing after installing it"
     fi
 }
 

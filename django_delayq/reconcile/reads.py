@@ -19,32 +19,35 @@ table, finished rows included) to find its next rows.
 
 from __future__ import annotations
 
-import uuid
+from collections.abc import Iterator
 
 from django.db.models import Q, QuerySet
 
 from ..models import DelayedTask
 
 
-def read_in_run_at_order(rows: QuerySet[DelayedTask], batch: int) -> list[DelayedTask]:
+def read_in_run_at_order(
+    rows: QuerySet[DelayedTask], batch: int
+) -> Iterator[DelayedTask]:
     """Every row of ``rows`` (filtered on one status; ``run_at`` and ``pk``
     among the fields it loads), the most overdue first, read ``batch`` rows
-    per query."""
-    found: dict[uuid.UUID, DelayedTask] = {}
+    per query and yielded as they come: memory stays that of one batch,
+    whatever the table holds (a rebuild reads every scheduled row).
+
+    Each query sees the table as it is then: a row whose due time moved
+    later meanwhile can come again, in its later state, which its readers
+    (indexing a row as it is) take as they would the first.
+    """
     ordered = rows.order_by("run_at", "pk")
     page = ordered
     while True:
         got = list(page[:batch])
-        for row in got:
-            # Each query sees the table as it is then: a row whose due time
-            # moved later meanwhile can come again; its latest state wins.
-            found[row.pk] = row
+        yield from got
         if len(got) < batch:
-            break
+            return
         last = got[-1]
         # ">= run_at" too, which the index can start from; the OR alone
         # would make each batch scan the window from its beginning.
         page = ordered.filter(run_at__gte=last.run_at).filter(
             Q(run_at__gt=last.run_at) | Q(pk__gt=last.pk)
         )
-    return sorted(found.values(), key=lambda row: row.run_at)

@@ -22,12 +22,14 @@ and :mod:`tools.servers.sentinel`.
 from tools.procs import LOOPBACK, free_port, wait_for
 from tools.servers.base import ServerError, Started
 from tools.servers.mariadb import MariaDBServer, mariadb_binary
+from tools.servers.pgbouncer import PgBouncerServer, pgbouncer_binary
 from tools.servers.postgres import PostgresServer, pg_bindir
 from tools.servers.redis import RedisServer, redis_binary
 
 __all__ = [
     "LOOPBACK",
     "MariaDBServer",
+    "PgBouncerServer",
     "PostgresServer",
     "RedisServer",
     "ServerError",
@@ -35,6 +37,7 @@ __all__ = [
     "free_port",
     "mariadb_binary",
     "pg_bindir",
+    "pgbouncer_binary",
     "redis_binary",
     "wait_for",
 ]
