@@ -8,7 +8,7 @@ else in an entry is trusted; the worker loads everything it runs from the row.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,12 +69,14 @@ def read(
     *,
     count: int,
     block_ms: int | None,
+    lost: Callable[[], None] | None = None,
 ) -> list[Entry]:
     """Read new entries for ``consumer``; block up to ``block_ms`` (None: don't).
 
     A stream key that holds another type (written by hand, or by a bug) would
     fail the read of every stream: it is left out, and logged, until the
-    sweeper replaces it.
+    sweeper replaces it. A missing group is made again, and ``lost`` called:
+    Redis lost its data (``FLUSHALL``, a restart without persistence).
     """
     try:
         reply = client.xreadgroup(
@@ -85,11 +87,15 @@ def read(
             usable = keys_of_type(client, streams, "stream")
             if not usable or len(usable) == len(streams):
                 raise
-            return read(client, consumer, usable, count=count, block_ms=block_ms)
+            return read(
+                client, consumer, usable, count=count, block_ms=block_ms, lost=lost
+            )
         if "NOGROUP" not in str(exc):
             raise
         # Redis lost the group (FLUSHALL, restart without persistence).
         ensure_groups(client, streams)
+        if lost is not None:
+            lost()
         return []
     return _entries(reply)
 
@@ -106,13 +112,15 @@ def read_bands(
     shards: Sequence[Sequence[str]],
     *,
     count: int,
+    lost: Callable[[], None] | None = None,
 ) -> list[Entry]:
     """Read new entries without blocking, each shard's bands highest first
     (see ``lua/read.lua``): ``shards`` holds each shard's ready streams,
     highest band first. One script call per shard, in one round trip.
 
     Returns them highest band first. A missing group or a key of another
-    type takes :func:`read`, which repairs or skips it.
+    type takes :func:`read`, which repairs or skips it (and calls ``lost``
+    for a group that was missing).
     """
     script = scripts.load("read")
     calls: list[scripts.Call] = [
@@ -131,7 +139,9 @@ def read_bands(
         ):
             raise
         every = [stream for bands in shards for stream in bands]
-        return by_band(read(client, consumer, every, count=count, block_ms=None))
+        return by_band(
+            read(client, consumer, every, count=count, block_ms=None, lost=lost)
+        )
     entries = []
     for reply in replies:
         for stream, items in reply or ():

@@ -80,7 +80,9 @@ def read_now(
             lost=lost,
         )
     for bands in shards:
-        if read := streams.read_bands(client, consumer, [bands], count=count):
+        if read := streams.read_bands(
+            client, consumer, [bands], count=count, lost=lost
+        ):
             return read
     return []
 
@@ -104,7 +106,9 @@ def read_bands(
     a failover: Redis ends such a read, or the connection drops): ``lost``
     is called then, so that the worker writes its heartbeat again at once.
     """
-    read = streams.read_bands(client, consumer, shards, count=count)
+    # A group Redis lost since the last read is made again here, and ``lost``
+    # called: the blocking read below would not end early then.
+    read = streams.read_bands(client, consumer, shards, count=count, lost=lost)
     if read or block_ms is None:
         return read
     # Highest bands first: of streams filled at once (one move), Redis
@@ -115,7 +119,9 @@ def read_bands(
         with reads.reading(client) as reader:
             if reader is None:
                 return []
-            read = streams.read(reader, consumer, every, count=count, block_ms=block_ms)
+            read = streams.read(
+                reader, consumer, every, count=count, block_ms=block_ms, lost=lost
+            )
     except RedisUnavailable:
         if reads.ended:
             return []  # ended by this worker's own stop: not an outage

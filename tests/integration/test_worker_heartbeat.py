@@ -72,3 +72,35 @@ def test_a_worker_is_seen_alive_again_soon_after_redis_lost_its_heartbeat(
     assert time.monotonic() - lost_at < VISIBILITY_TIMEOUT / 3 / 10
     unserved = "no live worker serves queue 'default'"
     assert not [p for p in collect(probe=True).problems if unserved in p]
+
+
+def test_a_read_that_finds_its_group_gone_says_redis_lost_data(redis_client) -> None:
+    """The loss met outside a blocking read (between two of them): the read
+    that makes the group again calls ``lost``, as an ended wait does, so the
+    heartbeat is written again then too, not a beat later."""
+    from django_delayq.store import streams
+    from django_delayq.store.keys import shard_keys
+
+    bands = shard_keys("delayq", "default", 0).ready_bands
+    streams.ensure_groups(redis_client, list(bands))
+    calls: list[str] = []
+    assert (
+        streams.read_bands(
+            redis_client, "w1", [bands], count=10, lost=lambda: calls.append("read")
+        )
+        == []
+    )
+    assert calls == []  # nothing was lost yet
+    redis_client.flushall()
+    assert (
+        streams.read_bands(
+            redis_client, "w1", [bands], count=10, lost=lambda: calls.append("read")
+        )
+        == []
+    )
+    assert calls == ["read"]
+    # The group is back: the next read finds it.
+    streams.read_bands(
+        redis_client, "w1", [bands], count=10, lost=lambda: calls.append("again")
+    )
+    assert calls == ["read"]
