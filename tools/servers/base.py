@@ -12,6 +12,8 @@ refuses when that is root.
 from __future__ import annotations
 
 import atexit
+import os
+import pwd
 import shutil
 import signal
 import tempfile
@@ -26,6 +28,27 @@ from tools.procs import CheckedProcess, free_port, log_tail
 
 class ServerError(RuntimeError):
     """A server could not be found, started or stopped."""
+
+
+def system_user_as_root(user: str, refusal: str) -> str | None:
+    """The system ``user`` to run a server as when we are root (None when we
+    are not): servers that refuse root. ``refusal`` starts the error when
+    the user is missing, e.g. "PostgreSQL refuses to run as root"; the
+    error goes on with the package that creates the user."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        raise ServerError(
+            f"{refusal} and there is no {user!r} user to run it as: "
+            f"`apt-get install {PACKAGE_OF_USER.get(user, user)}` creates one"
+        ) from None
+    return user
+
+
+#: The Debian package that creates each system user the servers run as.
+PACKAGE_OF_USER = {"postgres": "postgresql", "mysql": "mariadb-server"}
 
 
 class Started:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.procs import LOOPBACK
-from tools.servers.base import Server, ServerError
+from tools.servers.base import Server, ServerError, system_user_as_root
 
 
 def mariadb_binary(name: str) -> str:
@@ -95,16 +95,7 @@ class MariaDBServer(Server):
         }
 
     def _user(self) -> str | None:
-        if os.geteuid() != 0:
-            return None
-        try:
-            pwd.getpwnam(self.system_user)
-        except KeyError:
-            raise ServerError(
-                "MariaDB is not run as root here and there is no 'mysql' user to "
-                "run it as: `apt-get install mariadb-server` creates one"
-            ) from None
-        return self.system_user
+        return system_user_as_root(self.system_user, "MariaDB is not run as root here")
 
     def _prepare(self) -> None:
         data = self.dir / "data"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.procs import LOOPBACK
-from tools.servers.base import Server, ServerError
+from tools.servers.base import Server, ServerError, system_user_as_root
 from tools.servers.postgres import PostgresServer
 
 
@@ -131,16 +131,7 @@ class PgBouncerServer(Server):
     # -- internals ----------------------------------------------------------
 
     def _user(self) -> str | None:
-        if os.geteuid() != 0:
-            return None
-        try:
-            pwd.getpwnam(self.user)
-        except KeyError:
-            raise ServerError(
-                "PgBouncer refuses to run as root and there is no 'postgres' "
-                "user to run it as: `apt-get install postgresql` creates one"
-            ) from None
-        return self.user
+        return system_user_as_root(self.user, "PgBouncer refuses to run as root")
 
     def _ini(self) -> str:
         backend = (

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.procs import LOOPBACK, run_as
-from tools.servers.base import Server, ServerError
+from tools.servers.base import Server, ServerError, system_user_as_root
 
 
 def _version_key(path: Path) -> tuple[int, ...]:
@@ -116,16 +116,7 @@ class PostgresServer(Server):
         }
 
     def _user(self) -> str | None:
-        if os.geteuid() != 0:
-            return None
-        try:
-            pwd.getpwnam(self.user)
-        except KeyError:
-            raise ServerError(
-                "PostgreSQL refuses to run as root and there is no 'postgres' "
-                "user to run it as: `apt-get install postgresql` creates one"
-            ) from None
-        return self.user
+        return system_user_as_root(self.user, "PostgreSQL refuses to run as root")
 
     def _prepare(self) -> None:
         data = self.dir / "data"
