@@ -27,6 +27,9 @@ class DelayQueueConfig(AppConfig):
         # Needs the database and Redis: run by `check --database` and by
         # `migrate`, as Django's own database checks are.
         register(config.check_key_prefix_owner, "django_delayq", "database")
+        # Asks the server which it is (MySQL or MariaDB, which version): a
+        # database check only, so that checks run by tag alone never connect.
+        register(config.check_database_server, "database")
         register(deploy.check_deployment, "django_delayq", deploy=True)
         setting_changed.connect(conf.reset, dispatch_uid="django_delayq.conf.reset")
         setting_changed.connect(

@@ -66,41 +66,61 @@ MARIADB_MINIMUM = (10, 6)
 
 def check_database_vendor(**kwargs: Any) -> list[CheckMessage]:
     """Refuse a database the guarantees are not tested on (``delayq.E019``):
-    anything but PostgreSQL, SQLite and MariaDB 10.6 or later. MySQL itself
-    is not tested (its locking and generated columns differ from MariaDB's in
-    ways that matter here): a shop that tests it may silence the error."""
+    anything but PostgreSQL, SQLite and MySQL or MariaDB (which
+    :func:`check_database_server` tells apart); and a MySQL or MariaDB
+    connection that cannot carry every character (``delayq.E020``)."""
+    from django.db import connections
+
+    from ..models import write_db
+
+    alias = write_db()
+    connection = connections[alias]
+    if connection.vendor in SUPPORTED_VENDORS:
+        return []
+    if connection.vendor == "mysql":
+        return _check_charset(alias, connection)
+    return [_untested(alias, connection.display_name)]
+
+
+def check_database_server(
+    databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """What only the server can say: MySQL or MariaDB, which version
+    (``delayq.E019``: MySQL itself is not tested, its locking and generated
+    columns differ from MariaDB's in ways that matter here), and the task
+    table's character set (``delayq.E020``). A database check: run, as
+    Django's own are, only for the databases a command names (``migrate``,
+    the test runner, ``check --database``)."""
     from django.db import DatabaseError, connections
 
     from ..models import write_db
 
     alias = write_db()
     connection: Any = connections[alias]  # MySQL's wrapper has the version
-    vendor = connection.vendor
-    if vendor in SUPPORTED_VENDORS:
+    if connection.vendor != "mysql" or not databases or alias not in databases:
         return []
-    if vendor == "mysql":
-        try:
-            mariadb = connection.mysql_is_mariadb
-            version = connection.mysql_version
-        except DatabaseError:
-            return []  # no server to ask: the other checks say so
-        if mariadb and version >= MARIADB_MINIMUM:
-            return _check_charset(alias, connection)
-        found = f"{'MariaDB' if mariadb else 'MySQL'} {'.'.join(map(str, version))}"
-    else:
-        found = connection.display_name
-    return [
-        Error(
-            f"The task rows' database {alias!r} is {found}, on which django-delayq "
-            f"is not tested: its guarantees (a dedupe key held by one active "
-            f"task, nothing lost under faults) are tested on PostgreSQL, SQLite "
-            f"and MariaDB {'.'.join(map(str, MARIADB_MINIMUM))} or later.",
-            hint="Route django-delayq's models to one of those with a database "
-            "router (see docs/requirements.md), or, having tested it yourself, "
-            f"add {check_ids.DATABASE_UNSUPPORTED!r} to SILENCED_SYSTEM_CHECKS.",
-            id=check_ids.DATABASE_UNSUPPORTED,
-        )
-    ]
+    try:
+        mariadb = connection.mysql_is_mariadb
+        version = connection.mysql_version
+    except DatabaseError:
+        return []  # no server to ask: the other checks say so
+    if mariadb and version >= MARIADB_MINIMUM:
+        return _check_table_charset(alias, connection)
+    product = "MariaDB" if mariadb else "MySQL"
+    return [_untested(alias, f"{product} {'.'.join(map(str, version))}")]
+
+
+def _untested(alias: str, found: str) -> Error:
+    return Error(
+        f"The task rows' database {alias!r} is {found}, on which django-delayq "
+        f"is not tested: its guarantees (a dedupe key held by one active "
+        f"task, nothing lost under faults) are tested on PostgreSQL, SQLite "
+        f"and MariaDB {'.'.join(map(str, MARIADB_MINIMUM))} or later.",
+        hint="Route django-delayq's models to one of those with a database "
+        "router (see docs/requirements.md), or, having tested it yourself, "
+        f"add {check_ids.DATABASE_UNSUPPORTED!r} to SILENCED_SYSTEM_CHECKS.",
+        id=check_ids.DATABASE_UNSUPPORTED,
+    )
 
 
 def _check_charset(alias: str, connection: Any) -> list[CheckMessage]:
@@ -110,7 +130,7 @@ def _check_charset(alias: str, connection: Any) -> list[CheckMessage]:
     failure not recorded."""
     charset = str(connection.settings_dict.get("OPTIONS", {}).get("charset", "utf8"))
     if charset.startswith("utf8mb4"):
-        return _check_table_charset(alias, connection)
+        return []
     return [
         Error(
             f"The task rows' database {alias!r} is connected in {charset!r}, "

@@ -129,19 +129,19 @@ def test_a_nul_character_in_arguments_is_refused_on_every_database(
 def test_a_task_table_not_in_utf8mb4_is_refused_as_e020() -> None:
     """As on a MariaDB whose database was created in its own default,
     latin1: the columns are, whatever the connection's character set."""
-    from django_delayq.checks.config import check_database_vendor
+    from django_delayq.checks.config import check_database_server
 
     if connection.vendor != "mysql":
         pytest.skip("only MySQL and MariaDB store text in a chosen character set")
     table = DelayedTask._meta.db_table
-    assert check_database_vendor() == []
+    assert check_database_server(databases=["default"]) == []
     with connection.cursor() as cursor:
         cursor.execute(
             f"ALTER TABLE {table} MODIFY last_error longtext "
             "CHARACTER SET latin1 NOT NULL"
         )
     try:
-        [found] = check_database_vendor()
+        [found] = check_database_server(databases=["default"])
         assert found.id == "delayq.E020"
         assert "last_error (latin1)" in found.msg
         assert "CONVERT TO CHARACTER SET utf8mb4" in str(found.hint)
