@@ -173,7 +173,7 @@ def test_a_standby_dispatcher_stops_at_once_and_takes_no_handover(
     wait_for(lambda: standby.leases._checks >= 1, 10, "the standby's lease check")
     standby.stop()
     thread.join(timeout=10)
-    assert not thread.is_alive()
+    assert not thread.is_alive(), "the standby still runs:\n" + stacks()
     handover_thread = standby._listener._handover_thread
     assert handover_thread is not None
     assert not handover_thread.is_alive()
@@ -197,3 +197,16 @@ def test_a_dispatcher_whose_lease_was_taken_moves_nothing(redis_client):
     assert not shard.owned
     assert dispatcher.stats.moved == 0
     assert ready_entries(redis_client) == {}
+
+
+def stacks() -> str:
+    """Where every thread of this process is: what a stop that did not
+    return waits for."""
+    import sys
+    import traceback
+
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    return "\n".join(
+        f"--- {names.get(ident, ident)}\n" + "".join(traceback.format_stack(frame))
+        for ident, frame in sys._current_frames().items()
+    )
