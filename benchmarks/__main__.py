@@ -252,6 +252,10 @@ def measure(plan: Plan, *, peers: Sequence[str], quick: bool) -> dict[str, Any]:
                 "--json",
                 timeout=1800,
             )
+            _say("PostgreSQL beside MariaDB: burst, light load, schedule_many()")
+            results["databases"] = _child(
+                env, "benchmarks.databases", "--runs", "3", "--json", timeout=3600
+            )
             # Six more redis-servers: a full run only, on a quiet machine.
             _say("Redis Cluster against one Redis: move rate, started/s, recovery")
             results["cluster"] = _child(

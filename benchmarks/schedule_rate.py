@@ -6,7 +6,8 @@ Baselines, measured in the same run on the same servers:
   the least a hand-written "row, then index it" can do;
 * bulk: ``bulk_create`` of 1,000 rows + one pipelined ``ZADD`` per batch.
 
-Run it through the servers runner so it gets a private Redis and PostgreSQL::
+Run it through the servers runner so it gets a private Redis and PostgreSQL
+(``--mariadb`` adds MariaDB to the databases it runs on)::
 
     python -m tools.servers run --redis --postgres -- python -m benchmarks.schedule_rate
 
@@ -35,12 +36,24 @@ def setup(db: str) -> None:
     call_command("migrate", verbosity=0, interactive=False)
 
 
+def analyze_task_table() -> None:
+    """Refresh the planner's statistics of the emptied task table."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("VACUUM ANALYZE django_delayq_delayedtask")
+        elif connection.vendor == "mysql":
+            cursor.execute("ANALYZE TABLE django_delayq_delayedtask")
+            cursor.fetchall()  # it answers with a result set
+
+
 def run(
     db: str, single_n: int, bulk_n: int, repeats: int
 ) -> list[tuple[str, float, float]]:
     setup(db)
     import redis
-    from django.db import connection, transaction
+    from django.db import transaction
 
     from benchmarks.benchapp.tasks import noop
     from django_delayq import Call, schedule, schedule_many
@@ -53,9 +66,7 @@ def run(
     def reset() -> None:
         DelayedTask.objects.all().delete()
         client.flushall()
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("VACUUM ANALYZE django_delayq_delayedtask")
+        analyze_task_table()
 
     def ours_single() -> None:
         for i in range(single_n):
@@ -117,7 +128,7 @@ def run(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", choices=["sqlite", "postgres"], default=None)
+    parser.add_argument("--db", choices=["sqlite", "postgres", "mariadb"], default=None)
     parser.add_argument("--single", type=int, default=2000, help="tasks per single run")
     parser.add_argument("--bulk", type=int, default=20000, help="tasks per bulk run")
     parser.add_argument("--repeats", type=int, default=6, help="rounds (median)")
@@ -128,7 +139,10 @@ def main() -> int:
         import subprocess
 
         code = 0
-        for db in ("sqlite", "postgres"):
+        # MariaDB too when the servers runner started one (--mariadb).
+        dbs = ["sqlite", "postgres"]
+        dbs += ["mariadb"] if "DELAYQ_MARIADB_HOST" in os.environ else []
+        for db in dbs:
             argv = [sys.executable, "-m", "benchmarks.schedule_rate", "--db", db]
             argv += ["--single", str(args.single), "--bulk", str(args.bulk)]
             argv += ["--repeats", str(args.repeats)]
