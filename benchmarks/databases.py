@@ -64,40 +64,31 @@ def _child(db: str, *argv: str, timeout: float = 900) -> Any:
     return json.loads(lines[-1])
 
 
+def _one_row_tasks(db: str, tasks: int, *, window: float) -> Any:
+    """``tasks`` one-row tasks due over ``window`` seconds, two workers."""
+    return _child(
+        db,
+        "benchmarks.end_to_end",
+        "--db",
+        db,
+        "--task",
+        "write_row",
+        "--tasks",
+        str(tasks),
+        "--window",
+        str(window),
+        "--workers",
+        "2",
+        "--json",
+    )
+
+
 def one_round(db: str, burst: int, schedule_bulk: int) -> dict[str, float]:
     direct = _child(
         db, "benchmarks.direct_call", "--db", db, "--calls", str(burst), "--json"
     )
-    flow = _child(
-        db,
-        "benchmarks.end_to_end",
-        "--db",
-        db,
-        "--task",
-        "write_row",
-        "--tasks",
-        str(burst),
-        "--window",
-        "2",
-        "--workers",
-        "2",
-        "--json",
-    )
-    light = _child(
-        db,
-        "benchmarks.end_to_end",
-        "--db",
-        db,
-        "--task",
-        "write_row",
-        "--tasks",
-        "250",
-        "--window",
-        "10",
-        "--workers",
-        "2",
-        "--json",
-    )
+    flow = _one_row_tasks(db, burst, window=2)
+    light = _one_row_tasks(db, 250, window=10)
     rates = {
         row["what"]: row
         for row in _child(

@@ -6,9 +6,8 @@
 #                      [--browser "LEG ..."] [LEG ...]
 #
 # Each leg runs the suite on every database of --dbs, or on those that
-# --leg-dbs names for it (e.g. py312-dj6=sqlite,mariadb): a database leg
-# tests what differs on that database, and one Django version is enough for
-# that, while SQLite, the default of a new project, runs in every leg.
+# --leg-dbs names for it (e.g. py312-dj6=mariadb): a database leg tests
+# what differs on that database, and one Django version is enough for that.
 #
 # Each leg also runs Django's own Tasks test suite against the backend
 # (tools/django_tasks_suite.py), once, on its last database; on a leg whose
