@@ -416,6 +416,11 @@ def _retire(row: PeriodicSchedule, now: datetime.datetime, result: PlanResult) -
     result.removed.append(row.name)
 
 
+def is_removed(name: str) -> bool:
+    """Whether schedule ``name`` was declared once and is no longer."""
+    return _schedule_rows().filter(name=name, removed_at__isnull=False).exists()
+
+
 def _unrunnable(ticks: Iterable[DelayedTask]) -> list[DelayedTask]:
     """The ticks whose task this deployment does not know: those of a
     ``DELAYQ["PERIODIC"]`` entry that was removed with its schedule (its

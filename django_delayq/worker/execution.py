@@ -28,7 +28,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from .. import registry, transitions
+from .. import changes, registry, transitions
 from ..conf import get_settings
 from ..exceptions import (
     InvalidPayload,
@@ -48,6 +48,8 @@ from ..outcomes import (
 )
 from ..ownership import check_prefix
 from ..payload import check_value
+from ..recurring import planner
+from ..recurring.ticks import schedule_of_key
 from ..store.keys import shard_keys
 from .time_limits import NO_WATCHDOG, Watchdog, time_limit_error
 
@@ -173,7 +175,24 @@ def unknown_task(row: DelayedTask, exc: TaskNotRegistered) -> Outcome:
     """
     reason = f"task name {row.name!r} is not registered in this worker"
     verdict = record_failure(row, exc, error=reason, trace="")
+    if verdict is Verdict.RETRYING and _tick_of_a_removed_schedule(row):
+        # No deployment will run it again. The planner cancels such ticks
+        # when the schedule goes, but not one a worker held then (running,
+        # it was not cancellable); checked after the retry is written, so a
+        # removal committed during this attempt is seen.
+        changes.cancel(row.pk)
+        logger.info(
+            "task %s cancelled: a tick of periodic schedule %s, which is no "
+            "longer declared in the code",
+            row.pk,
+            schedule_of_key(row.key),
+        )
     return Outcome(Disposition.DEAD, reason) if verdict is Verdict.FAILED else DONE
+
+
+def _tick_of_a_removed_schedule(row: DelayedTask) -> bool:
+    name = schedule_of_key(row.key)
+    return name is not None and planner.is_removed(name)
 
 
 def run_alone(

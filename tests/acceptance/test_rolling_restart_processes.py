@@ -21,7 +21,7 @@ from tests.acceptance.processes import (
     namespaced_pid,
     pid_namespaces_usable,
 )
-from tools.procs import wait_for
+from tools.procs import NotReached, wait_for
 from tools.servers import RedisServer
 
 pytestmark = [
@@ -52,6 +52,7 @@ class Monitor:
         self._monitor.__enter__()
         self._lock = threading.Lock()
         self.commands: list[Command] = []
+        self.ended_by: BaseException | None = None
         self._thread = threading.Thread(target=self._collect, daemon=True)
         self._thread.start()
 
@@ -62,8 +63,10 @@ class Monitor:
                 command = Command(seen["time"], tuple(str(seen["command"]).split()))
                 with self._lock:
                     self.commands.append(command)
-        except (redis.RedisError, OSError, ValueError, AttributeError):
-            return  # closed at the end of the test
+        except (redis.RedisError, OSError, ValueError, AttributeError) as exc:
+            # Closed at the end of the test, or a line the client could not
+            # parse: kept, so that a wait for commands says why none came.
+            self.ended_by = exc
 
     def of(self, consumer: str) -> list[Command]:
         """The commands that name ``consumer`` (its reads, blocking or not)."""
@@ -78,6 +81,22 @@ class Monitor:
                 if _blocking(command) and command.words[3] not in names:
                     names.append(command.words[3])
         return names
+
+    def wait_for_consumers(
+        self, count: int, processes: Processes, *workers: subprocess.Popen[str]
+    ) -> None:
+        """Wait for ``count`` consumers' blocking reads; on a timeout, say
+        what the workers logged and whether this monitor still listens."""
+        try:
+            wait_for(lambda: len(self.consumers()) >= count, 60, f"{count} blocked")
+        except NotReached as exc:
+            logs = "\n".join(
+                f"--- worker (exit {w.poll()}):\n{processes.log(w)}" for w in workers
+            )
+            raise AssertionError(
+                f"{exc}; consumers {self.consumers()}, {len(self.commands)} "
+                f"commands seen, monitor ended by {self.ended_by!r}\n{logs}"
+            ) from exc
 
     def close(self) -> None:
         self._monitor.connection.disconnect()
@@ -108,9 +127,9 @@ def test_a_stopping_worker_leaves_alone_the_blocked_read_of_a_worker_with_its_pi
     processes: Processes, monitor: Monitor, redis_client: redis.Redis
 ) -> None:
     staying = processes.start_as_pid_one("delayq_worker", "--concurrency", "1")
-    wait_for(lambda: len(monitor.consumers()) == 1, 30, "the first worker blocked")
+    monitor.wait_for_consumers(1, processes, staying)
     stopping = processes.start_as_pid_one("delayq_worker", "--concurrency", "1")
-    wait_for(lambda: len(monitor.consumers()) == 2, 30, "the second worker blocked")
+    monitor.wait_for_consumers(2, processes, staying, stopping)
     stays, stops = monitor.consumers()
     # Both are PID 1 (consumers are <host>:<pid>:<random>-<thread>): the PID
     # in their connections' names tells them apart no more than in a
@@ -167,7 +186,7 @@ def test_a_worker_that_is_pid_one_exits_at_once_when_idle(
     processes: Processes, monitor: Monitor
 ) -> None:
     worker = processes.start_as_pid_one("delayq_worker", "--concurrency", "3")
-    wait_for(lambda: len(monitor.consumers()) == 3, 30, "three threads blocked")
+    monitor.wait_for_consumers(3, processes, worker)
     os.kill(namespaced_pid(worker), signal.SIGTERM)
     try:
         assert worker.wait(timeout=READ_BLOCK_MS / 1000 - 1) == 0

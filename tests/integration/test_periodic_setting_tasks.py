@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from django_delayq import schedule
+from django_delayq import schedule, transitions
 from django_delayq.exceptions import TaskRefused
 from django_delayq.models import DelayedTask, Status
 from django_delayq.recurring.planner import plan
 from django_delayq.store.keys import shard_keys
-from tests.helpers import drain
+from tests.helpers import claim, drain, refresh
 from tests.testapp.models import Ledger
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -246,3 +246,32 @@ def test_a_removed_entrys_due_ticks_are_cancelled_not_failed(
     # fail "not registered" attempt after attempt.
     assert set(ticks.values_list("status", flat=True)) == {Status.CANCELLED}
     assert "as no task of this deployment runs them" in caplog.text
+
+
+def test_a_tick_running_when_its_entry_was_removed_is_cancelled_not_retried(
+    redis_client, settings, ledger_ticks, caplog
+):
+    plan(now=T0)
+    tick = DelayedTask.objects.get(key__startswith="periodic:ledger@")
+    # A worker of the previous deployment holds the tick when the deploy
+    # that removes the entry plans: running, it cannot be cancelled then.
+    assert claim(tick, "1-0") == 1
+    settings.DELAYQ = {**settings.DELAYQ, "PERIODIC": {}}
+    assert plan(now=T0 + datetime.timedelta(seconds=30)).removed == ["ledger"]
+    assert refresh(tick).status == Status.RUNNING
+    # That worker died; its attempt is recovered, and a worker of this
+    # deployment, which has no such task, takes the tick.
+    assert transitions.recover(refresh(tick), timezone.now(), "worker gone", "default")
+    with caplog.at_level("INFO", logger="django_delayq"):
+        tick = deliver(redis_client, tick)
+    assert tick.status == Status.CANCELLED
+    assert "task name 'ledger' is not registered in this worker" in tick.last_error
+    assert "a tick of periodic schedule ledger, which is no longer declared" in (
+        caplog.text
+    )
+    # Not left in the due-set to fail again attempt after attempt.
+    assert (
+        redis_client.zscore(shard_keys("delayq", "default", 0).due, tick.pk.bytes)
+        is None
+    )
+    assert not Ledger.objects.exists()
