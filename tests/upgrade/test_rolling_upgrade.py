@@ -45,7 +45,7 @@ from django.conf import settings
 
 from tests.upgrade import SUMMARY
 from tools.procs import ROOT, Process, log_tail, stop_together, wait_for
-from tools.servers import PostgresServer, RedisServer
+from tools.servers import MariaDBServer, PostgresServer, RedisServer
 
 #: The previous release: the last commit before migration 0004, whose
 #: processes know no priorities, and index and read only the normal band.
@@ -82,29 +82,48 @@ def extract(commit: str, into: Path) -> Path:
 
 class Database:
     """The test's own database, read with the driver itself: the project's
-    processes own its schema."""
+    processes own its schema. SQL written here quotes identifiers the
+    standard way (``"key"``): MariaDB reads it in ``ANSI_QUOTES`` mode."""
 
-    def __init__(self, tmp: Path, postgres: PostgresServer | None) -> None:
-        self.postgres = postgres
-        if postgres is None:
+    def __init__(
+        self,
+        tmp: Path,
+        postgres: PostgresServer | None,
+        mariadb: MariaDBServer | None = None,
+    ) -> None:
+        self.postgres, self.mariadb = postgres, mariadb
+        self.name = f"delayq_upgrade_{os.getpid()}"
+        if postgres is not None:
+            with self._postgres_admin() as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{self.name}"')
+                admin.execute(f'CREATE DATABASE "{self.name}"')
+            self.env = {
+                "DELAYQ_UPGRADE_DB": "postgres",
+                "DELAYQ_UPGRADE_DB_NAME": self.name,
+                "DELAYQ_UPGRADE_PG_HOST": postgres.host,
+                "DELAYQ_UPGRADE_PG_PORT": str(postgres.port),
+            }
+        elif mariadb is not None:
+            with contextlib.closing(self._mariadb()) as admin:
+                admin.cursor().execute(f"DROP DATABASE IF EXISTS `{self.name}`")
+                admin.cursor().execute(
+                    f"CREATE DATABASE `{self.name}` CHARACTER SET utf8mb4"
+                )
+            self.env = {
+                "DELAYQ_UPGRADE_DB": "mariadb",
+                "DELAYQ_UPGRADE_DB_NAME": self.name,
+                "DELAYQ_UPGRADE_MARIADB_HOST": mariadb.host,
+                "DELAYQ_UPGRADE_MARIADB_PORT": str(mariadb.port),
+                "DELAYQ_UPGRADE_MARIADB_USER": mariadb.user,
+            }
+        else:
             self.name = str(tmp / "upgrade.sqlite3")
             self.env = {
                 "DELAYQ_UPGRADE_DB": "sqlite",
                 "DELAYQ_UPGRADE_DB_NAME": self.name,
             }
-            return
-        self.name = f"delayq_upgrade_{os.getpid()}"
-        with self._admin() as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{self.name}"')
-            admin.execute(f'CREATE DATABASE "{self.name}"')
-        self.env = {
-            "DELAYQ_UPGRADE_DB": "postgres",
-            "DELAYQ_UPGRADE_DB_NAME": self.name,
-            "DELAYQ_UPGRADE_PG_HOST": postgres.host,
-            "DELAYQ_UPGRADE_PG_PORT": str(postgres.port),
-        }
 
-    def _admin(self) -> psycopg.Connection[Any]:
+    def _postgres_admin(self) -> psycopg.Connection[Any]:
         assert self.postgres is not None
         return psycopg.connect(
             host=self.postgres.host,
@@ -114,16 +133,35 @@ class Database:
             autocommit=True,
         )
 
+    def _mariadb(self, database: str | None = None) -> Any:
+        import MySQLdb
+
+        assert self.mariadb is not None
+        return MySQLdb.connect(
+            host=self.mariadb.host,
+            port=self.mariadb.port,
+            user=self.mariadb.user,
+            charset="utf8mb4",
+            autocommit=True,
+            init_command="SET SESSION sql_mode = CONCAT(@@sql_mode, ',ANSI_QUOTES')",
+            **({"database": database} if database else {}),
+        )
+
     def query(self, sql: str) -> list[tuple[Any, ...]]:
-        if self.postgres is None:
-            with contextlib.closing(sqlite3.connect(self.name, timeout=30)) as db:
+        if self.postgres is not None:
+            with psycopg.connect(
+                host=self.postgres.host,
+                port=self.postgres.port,
+                user="postgres",
+                dbname=self.name,
+            ) as db:
                 return db.execute(sql).fetchall()
-        with psycopg.connect(
-            host=self.postgres.host,
-            port=self.postgres.port,
-            user="postgres",
-            dbname=self.name,
-        ) as db:
+        if self.mariadb is not None:
+            with contextlib.closing(self._mariadb(self.name)) as db:
+                cursor = db.cursor()
+                cursor.execute(sql)
+                return list(cursor.fetchall())
+        with contextlib.closing(sqlite3.connect(self.name, timeout=30)) as db:
             return db.execute(sql).fetchall()
 
     def count(self, sql: str) -> int:
@@ -131,8 +169,11 @@ class Database:
 
     def drop(self) -> None:
         if self.postgres is not None:
-            with self._admin() as admin:
+            with self._postgres_admin() as admin:
                 admin.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+        elif self.mariadb is not None:
+            with contextlib.closing(self._mariadb()) as admin:
+                admin.cursor().execute(f"DROP DATABASE IF EXISTS `{self.name}`")
 
 
 @dataclass
@@ -253,14 +294,16 @@ def release_env(
 
 
 def test_a_rolling_upgrade_from_the_previous_release_runs_every_task_once(
-    tmp_path: Path, postgres_server: PostgresServer | None
+    tmp_path: Path,
+    postgres_server: PostgresServer | None,
+    mariadb_server: MariaDBServer | None,
 ) -> None:
     began = time.monotonic()
     previous_tree = extract(PREVIOUS, tmp_path / "previous")
     shutil.copytree(PROJECT, tmp_path / "project")
     server = RedisServer()
     server.start()
-    database = Database(tmp_path, postgres_server)
+    database = Database(tmp_path, postgres_server, mariadb_server)
     releases = [
         Release(
             name,
@@ -284,12 +327,13 @@ def run_the_deploy(old: Release, new: Release, database: Database) -> None:
     def committed(release: Release) -> int:
         return database.count(
             "SELECT count(*) FROM django_delayq_delayedtask "
-            f"WHERE key LIKE '{release.name}-%'"
+            f"""WHERE "key" LIKE '{release.name}-%'"""
         )
 
     def runs(release: Release) -> int:
         return database.count(
-            f"SELECT count(*) FROM upgrade_runs_run WHERE release = '{release.name}'"
+            "SELECT count(*) FROM upgrade_runs_run "
+            f"""WHERE "release" = '{release.name}'"""
         )
 
     old.run("migrate", "-v", "0")
@@ -380,7 +424,7 @@ def check_the_outcome(
     rows = {
         key: (status, as_datetime(run_at), priority)
         for key, status, run_at, priority in database.query(
-            "SELECT key, status, run_at, priority FROM django_delayq_delayedtask"
+            'SELECT "key", status, run_at, priority FROM django_delayq_delayedtask'
         )
     }
     assert set(rows) == scheduled
@@ -399,7 +443,7 @@ def check_the_outcome(
         client.close()
     assert {key: entries for key, entries in dead.items() if entries} == {}
 
-    runs = database.query("SELECT key, started_at, release FROM upgrade_runs_run")
+    runs = database.query('SELECT "key", started_at, "release" FROM upgrade_runs_run')
     counts = Counter(key for key, _, _ in runs)
     # Every committed task ran exactly once, and nothing else ran.
     assert {key: n for key, n in counts.items() if n != 1} == {}

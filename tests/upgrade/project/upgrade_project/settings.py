@@ -32,6 +32,18 @@ if os.environ["DELAYQ_UPGRADE_DB"] == "sqlite":
             },
         }
     }
+elif os.environ["DELAYQ_UPGRADE_DB"] == "mariadb":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.mysql",
+            "NAME": os.environ["DELAYQ_UPGRADE_DB_NAME"],
+            "USER": os.environ["DELAYQ_UPGRADE_MARIADB_USER"],
+            "HOST": os.environ["DELAYQ_UPGRADE_MARIADB_HOST"],
+            "PORT": os.environ["DELAYQ_UPGRADE_MARIADB_PORT"],
+            "CONN_MAX_AGE": 60,
+            "OPTIONS": {"charset": "utf8mb4"},
+        }
+    }
 else:
     DATABASES = {
         "default": {
