@@ -1,9 +1,11 @@
-"""Settings of the example shop: SQLite, and Redis from ``DELAYQ_REDIS_URL``."""
+"""Settings of the example shop: a SQLite file (or the database server
+``SHOP_DATABASE_URL`` names), and Redis from ``DELAYQ_REDIS_URL``."""
 
 from __future__ import annotations
 
 import logging
 import os
+import urllib.parse
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -54,16 +56,52 @@ TEMPLATES = [
     }
 ]
 
-DATABASES = {
-    "default": {
-        "ENGINE": "django.db.backends.sqlite3",
-        "NAME": os.environ.get("SHOP_DB", BASE_DIR / "db.sqlite3"),
-        # Web server and worker share the file: wait for locks instead of
-        # failing with "database is locked", and let readers run alongside
-        # a writer (WAL).
-        "OPTIONS": {"timeout": 20, "init_command": "PRAGMA journal_mode=WAL"},
-    }
+#: The engines SHOP_DATABASE_URL may name, by its scheme.
+SERVER_ENGINES = {
+    "mariadb": "django.db.backends.mysql",
+    "mysql": "django.db.backends.mysql",
+    "postgres": "django.db.backends.postgresql",
+    "postgresql": "django.db.backends.postgresql",
 }
+
+
+def server_database(url: str) -> dict[str, object]:
+    """The shop on a database server, e.g.
+    ``SHOP_DATABASE_URL=mariadb://shop:secret@127.0.0.1:3306/shop``."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in SERVER_ENGINES or not parts.path.strip("/"):
+        raise ImproperlyConfigured(
+            f"SHOP_DATABASE_URL={url!r}: give scheme://user:password@host:port/"
+            f"name with a scheme among {', '.join(SERVER_ENGINES)}, or leave it "
+            f"unset for the SQLite file"
+        )
+    engine = SERVER_ENGINES[parts.scheme]
+    return {
+        "ENGINE": engine,
+        "NAME": parts.path.strip("/"),
+        "USER": urllib.parse.unquote(parts.username or ""),
+        "PASSWORD": urllib.parse.unquote(parts.password or ""),
+        "HOST": parts.hostname or "",
+        "PORT": str(parts.port or ""),
+        # Every character of a name or a task's arguments (MariaDB's
+        # "utf8" is three bytes).
+        "OPTIONS": {"charset": "utf8mb4"} if engine.endswith("mysql") else {},
+    }
+
+
+if os.environ.get("SHOP_DATABASE_URL"):
+    DATABASES = {"default": server_database(os.environ["SHOP_DATABASE_URL"])}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": os.environ.get("SHOP_DB", BASE_DIR / "db.sqlite3"),
+            # Web server and worker share the file: wait for locks instead of
+            # failing with "database is locked", and let readers run alongside
+            # a writer (WAL).
+            "OPTIONS": {"timeout": 20, "init_command": "PRAGMA journal_mode=WAL"},
+        }
+    }
 
 USE_TZ = True
 TIME_ZONE = "UTC"

@@ -4,12 +4,10 @@ run the way `make example` runs it."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import os
 import shlex
 import shutil
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -21,6 +19,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from tests.acceptance.shop_database import ShopDatabase
 from tests.helpers import database_env
 from tools.procs import (
     ROOT,
@@ -30,7 +29,7 @@ from tools.procs import (
     free_port,
     stop_together,
 )
-from tools.servers import RedisServer
+from tools.servers import MariaDBServer, PostgresServer, RedisServer
 
 
 def pid_namespaces_usable() -> bool:
@@ -177,12 +176,14 @@ SHOP_SCHEDULES = (
 class ExampleShop:
     """The example project as `make example` runs it: migrated, with the demo
     superuser and every process of ``Procfile.example`` (web server,
-    dispatcher, worker, sweeper), on ``redis_url``, a SQLite file of its own in
-    ``directory`` and the environment ``env`` (e.g. short delays) on top.
+    dispatcher, worker, sweeper), on ``redis_url``, with the environment
+    ``env`` (e.g. short delays) on top. Its data is in a SQLite file of its
+    own in ``directory``, or in a database of its own on ``server`` (dropped
+    at the stop).
 
     Use it as a context manager; each process logs to ``directory/NAME.log``.
-    ``template`` is a database file that :meth:`prepare` made, copied instead
-    of migrating again (a few seconds saved per start).
+    ``template`` is a SQLite database that :meth:`prepare` made, copied
+    instead of migrating again (a few seconds saved per start).
 
     The shop's periodic schedules start paused (their rows written before
     any process starts), so that no tick adds to the tasks a test counts; a
@@ -194,18 +195,21 @@ class ExampleShop:
         redis_url: str,
         directory: Path,
         env: Mapping[str, str] | None = None,
-        template: Path | None = None,
+        template: ShopDatabase | None = None,
+        server: PostgresServer | MariaDBServer | None = None,
     ) -> None:
         self.directory = directory
         self.template = template
-        self.db = directory / "shop.sqlite3"
+        self.database = ShopDatabase(directory, server)
+        #: The SQLite file, when the shop keeps its data in one.
+        self.db = self.database.file
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "example_project.settings",
             "DELAYQ_REDIS_URL": redis_url,
-            "SHOP_DB": str(self.db),
+            **self.database.env,
             **(env or {}),
         }
         self.commands = procfile_commands(self.port)
@@ -224,28 +228,26 @@ class ExampleShop:
         assert done.returncode == 0, done.stderr.decode()
         return done.stdout.decode()
 
-    def prepare(self) -> Path:
-        """Migrate the database and create the demo superuser; return the file."""
+    def prepare(self) -> ShopDatabase:
+        """Create and migrate the database, with the demo superuser and the
+        shop's schedules paused; return it."""
+        self.database.create()
         self.manage("migrate", "--noinput", "-v", "0")
         self.manage("demo_superuser")
-        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-        with contextlib.closing(sqlite3.connect(self.db)) as conn, conn:
-            conn.executemany(
+        now = datetime.datetime.now(datetime.UTC)
+        for name, definition in SHOP_SCHEDULES:
+            self.database.query(
                 "INSERT INTO django_delayq_periodicschedule (name, definition, "
                 "planned_through, paused, paused_at, created_at) "
-                "VALUES (?, ?, ?, 1, ?, ?)",
-                [
-                    (name, definition, now, now, now)
-                    for name, definition in SHOP_SCHEDULES
-                ],
+                "VALUES (?, ?, ?, TRUE, ?, ?)",
+                (name, definition, now, now, now),
             )
-        return self.db
+        return self.database
 
     def start(self) -> None:
-        if self.template is None:
+        if not self.database.create(self.template):
+            # A server's database is migrated again: it has no cheap copy.
             self.prepare()
-        else:
-            shutil.copyfile(self.template, self.db)
         for name, argv in self.commands.items():
             options = {
                 "log_path": self.directory / f"{name}.log",
@@ -276,6 +278,7 @@ class ExampleShop:
 
     def stop(self) -> None:
         stop_together(list(self.started.values()), grace=20)
+        self.database.drop()
 
     def __enter__(self) -> Self:
         try:

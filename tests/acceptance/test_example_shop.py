@@ -1,6 +1,7 @@
 """The example shop, run as a user runs it: the processes of Procfile.example,
-a browser-like HTTP client with cookies and CSRF, a real Redis and the SQLite
-file."""
+a browser-like HTTP client with cookies and CSRF, a real Redis, and the SQLite
+file, or on the PostgreSQL or MariaDB legs a database of its own on that
+server (``SHOP_DATABASE_URL``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import html
 import http.cookiejar
 import json
 import re
-import sqlite3
 import time
 import urllib.error
 import urllib.parse
@@ -23,8 +23,9 @@ import pytest
 import redis
 
 from tests.acceptance.processes import ExampleShop
+from tests.acceptance.shop_database import ShopDatabase, moment
 from tools.procs import wait_for
-from tools.servers import RedisServer
+from tools.servers import MariaDBServer, PostgresServer, RedisServer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -77,10 +78,24 @@ def index(redis_server: RedisServer) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture(scope="module")
+def database_server(
+    postgres_server: PostgresServer | None, mariadb_server: MariaDBServer | None
+) -> PostgresServer | MariaDBServer | None:
+    """The server of the suite's database, where the shops keep their data;
+    None on SQLite (each shop its own file)."""
+    return postgres_server or mariadb_server
+
+
+@pytest.fixture(scope="module")
 def migrated(
-    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-) -> Path:
-    """A migrated database with the demo superuser, for each shop to copy."""
+    redis_server: RedisServer,
+    tmp_path_factory: pytest.TempPathFactory,
+    database_server: PostgresServer | MariaDBServer | None,
+) -> ShopDatabase | None:
+    """A migrated SQLite file with the demo superuser, for each shop to
+    copy (a shop on a server migrates its own database)."""
+    if database_server is not None:
+        return None
     return ExampleShop(redis_server.url, tmp_path_factory.mktemp("template")).prepare()
 
 
@@ -89,12 +104,15 @@ def shop(
     redis_server: RedisServer,
     index: redis.Redis,
     tmp_path_factory: pytest.TempPathFactory,
-    migrated: Path,
+    migrated: ShopDatabase | None,
+    database_server: PostgresServer | MariaDBServer | None,
 ) -> Iterator[ExampleShop]:
     """The shop most tests share (starting one takes seconds); each test
     works on orders and coupons of its own."""
     directory = tmp_path_factory.mktemp("shop")
-    with ExampleShop(redis_server.url, directory, SHOP_ENV, migrated) as running:
+    with ExampleShop(
+        redis_server.url, directory, SHOP_ENV, migrated, database_server
+    ) as running:
         yield running
 
 
@@ -122,30 +140,24 @@ def last_id(page: str, kind: str) -> str:
     return found[1]
 
 
-def task_row(db: Path, key: str) -> tuple[uuid.UUID, str, str, int, str]:
-    with sqlite3.connect(db) as conn:
-        row = conn.execute(
-            "SELECT id, status, queue, shard, run_at FROM django_delayq_delayedtask "
-            "WHERE key = ? ORDER BY created_at DESC",
-            (key,),
-        ).fetchone()
-    assert row is not None, f"no task with key {key}"
-    return uuid.UUID(row[0]), row[1], row[2], row[3], row[4]
+def task_row(
+    database: ShopDatabase, key: str
+) -> tuple[uuid.UUID, str, str, int, datetime.datetime]:
+    rows = database.query(
+        "SELECT id, status, queue, shard, run_at FROM django_delayq_delayedtask "
+        'WHERE "key" = ? ORDER BY created_at DESC',
+        (key,),
+    )
+    assert rows, f"no task with key {key}"
+    row = rows[0]
+    return uuid.UUID(str(row[0])), row[1], row[2], row[3], moment(row[4])
 
 
-def counts(db: Path) -> tuple[int, int]:
+def counts(database: ShopDatabase) -> tuple[int, int]:
     """How many orders and tasks the shop's database holds."""
-    with sqlite3.connect(db) as conn:
-        (orders,) = conn.execute("SELECT count(*) FROM shop_order").fetchone()
-        (tasks,) = conn.execute(
-            "SELECT count(*) FROM django_delayq_delayedtask"
-        ).fetchone()
+    [(orders,)] = database.query("SELECT count(*) FROM shop_order")
+    [(tasks,)] = database.query("SELECT count(*) FROM django_delayq_delayedtask")
     return orders, tasks
-
-
-def parse(stored: str) -> datetime.datetime:
-    """A datetime as Django stores it in SQLite."""
-    return datetime.datetime.fromisoformat(stored)
 
 
 MILLISECOND = datetime.timedelta(milliseconds=1)
@@ -176,7 +188,7 @@ def test_an_unpaid_order_schedules_its_cancel_and_paying_cancels_it(
     # 600 s from now, less the moment the request took.
     assert re.search(r"Blue mug unpaid scheduled runs in (10 min|9 min 5\d s)", row)
 
-    task_id, status, queue, shard, _ = task_row(shop.db, f"order-cancel:{order}")
+    task_id, status, queue, shard, _ = task_row(shop.database, f"order-cancel:{order}")
     assert (status, queue) == ("scheduled", "orders")
     assert index.zscore(due_key("orders", shard), task_id.bytes) is not None
 
@@ -184,7 +196,7 @@ def test_an_unpaid_order_schedules_its_cancel_and_paying_cancels_it(
     row = row_text(page, f"order-{order}")
     assert re.search(r"Blue mug paid cancelled (10 min|9 min 5\d s) before it", row)
     assert "Pay" not in row
-    assert task_row(shop.db, f"order-cancel:{order}")[1] == "cancelled"
+    assert task_row(shop.database, f"order-cancel:{order}")[1] == "cancelled"
     assert index.zscore(due_key("orders", shard), task_id.bytes) is None
 
 
@@ -197,13 +209,13 @@ def test_an_order_left_unpaid_is_cancelled_when_its_task_runs(
     row = wait_for_page(browser, f"order-{order}", "Green scarf cancelled")
     # "succeeded ran 12 ms late": the task's own account of when it ran.
     assert re.search(r"succeeded ran \d+(\.\d)? m?s late", row), row
-    assert task_row(shop.db, f"order-cancel:{order}")[1] == "succeeded"
+    assert task_row(shop.database, f"order-cancel:{order}")[1] == "succeeded"
 
 
 def test_a_bad_order_form_is_refused_with_the_field_named_and_nothing_written(
     browser: Browser, shop: ExampleShop
 ) -> None:
-    before = counts(shop.db)
+    before = counts(shop.database)
     for cancel_after, message in [
         ("0", "Cancel if unpaid after must be at least 1 second."),
         ("soon", "Cancel if unpaid after must be a whole number of seconds."),
@@ -219,7 +231,7 @@ def test_a_bad_order_form_is_refused_with_the_field_named_and_nothing_written(
         assert not re.search(r"#\d+ Bad hat", text(page))
     page = browser.submit(browser.get("/"), "/orders/", item="  ", cancel_after="5")
     assert "Item must not be empty: name what is ordered" in text(page)
-    assert counts(shop.db) == before
+    assert counts(shop.database) == before
 
 
 def test_a_coupon_schedules_its_reminder_and_using_or_deleting_it_cancels_it(
@@ -242,13 +254,14 @@ def test_a_coupon_schedules_its_reminder_and_using_or_deleting_it_cancels_it(
         ), row
 
     # The reminder is due the lead time before the coupon expires.
-    with sqlite3.connect(shop.db) as conn:
-        (expires_at,) = conn.execute(
-            "SELECT expires_at FROM shop_coupon WHERE id = ?", (used,)
-        ).fetchone()
-    task_id, status, queue, shard, run_at = task_row(shop.db, f"coupon-remind:{used}")
+    [(expires_at,)] = shop.database.query(
+        "SELECT expires_at FROM shop_coupon WHERE id = ?", (used,)
+    )
+    task_id, status, queue, shard, run_at = task_row(
+        shop.database, f"coupon-remind:{used}"
+    )
     assert (status, queue) == ("scheduled", "coupons")
-    lead = parse(expires_at) - parse(run_at)
+    lead = moment(expires_at) - run_at
     # To the millisecond: due times are kept in whole milliseconds, rounded up
     # so that nothing runs early.
     assert abs(lead - datetime.timedelta(seconds=540)) < MILLISECOND
@@ -262,24 +275,28 @@ def test_a_coupon_schedules_its_reminder_and_using_or_deleting_it_cancels_it(
         row,
     ), row
     assert not re.search(r"\bUse\b", row)
-    assert task_row(shop.db, f"coupon-remind:{used}")[1] == "cancelled"
+    assert task_row(shop.database, f"coupon-remind:{used}")[1] == "cancelled"
     assert index.zscore(due, task_id.bytes) is None
 
-    deleted_task = task_row(shop.db, f"coupon-remind:{deleted}")[0]
+    deleted_task = task_row(shop.database, f"coupon-remind:{deleted}")[0]
     page = browser.submit(page, f"/coupons/{deleted}/delete/")
     assert f'id="coupon-{deleted}"' not in page
-    assert task_row(shop.db, f"coupon-remind:{deleted}")[1] == "cancelled"
+    assert task_row(shop.database, f"coupon-remind:{deleted}")[1] == "cancelled"
     assert index.zscore(due, deleted_task.bytes) is None
 
 
 def test_a_coupon_reminder_runs_before_expiry_and_the_page_shows_it(
-    redis_server: RedisServer, index: redis.Redis, tmp_path: Path, migrated: Path
+    redis_server: RedisServer,
+    index: redis.Redis,
+    tmp_path: Path,
+    migrated: ShopDatabase | None,
+    database_server: PostgresServer | MariaDBServer | None,
 ) -> None:
     # A shop of its own, reminding a second after a coupon is given. It runs
     # beside the shared one, so it keeps its keys in another Redis database.
     url = redis_server.url.rsplit("/", 1)[0] + "/1"
     env = {**SHOP_ENV, "SHOP_COUPON_REMIND_BEFORE": "599"}
-    with ExampleShop(url, tmp_path, env, migrated) as shop:
+    with ExampleShop(url, tmp_path, env, migrated, database_server) as shop:
         # The shop is up once its web server answers; the page must show the
         # reminder within seconds of the coupon, so the dispatcher and the
         # worker must be up too, not still starting.
@@ -297,10 +314,9 @@ def test_a_coupon_reminder_runs_before_expiry_and_the_page_shows_it(
         assert re.search(
             r"valid expires in 9 min 5\d s reminded at [\d:]{8} succeeded", row
         ), row
-        with sqlite3.connect(shop.db) as conn:
-            (reminded_at,) = conn.execute(
-                "SELECT reminded_at FROM shop_coupon WHERE id = ?", (coupon,)
-            ).fetchone()
+        [(reminded_at,)] = shop.database.query(
+            "SELECT reminded_at FROM shop_coupon WHERE id = ?", (coupon,)
+        )
         assert reminded_at is not None
 
 
