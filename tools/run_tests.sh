@@ -86,9 +86,9 @@ PROCESS_TESTS=(
 # followed (tests/docs), and a project's own `manage.py test` beside its
 # development processes; the testing toolkit in a user's project, pytest
 # and the example's own tests, and its async view under uvicorn; the example
-# shop on its own SQLite file; the commands under a least-privilege Redis
-# user (Redis's ACL, whatever the database). None depends on the suite's
-# database: they run once per leg.
+# shop (on a database of its own on the leg's last database server, or its
+# own SQLite file); the commands under a least-privilege Redis user (Redis's
+# ACL, whatever the database). They run once per leg, with its last database.
 USER_PROJECT_TESTS=(
     tests/docs/test_quickstart.py
     tests/acceptance/test_user_project_tests.py
@@ -212,8 +212,7 @@ for leg in "${legs[@]}"; do
     leg_databases=$(databases_of "$leg")
     last_leg_db=${leg_databases##* }
     for db in $leg_databases; do
-        # The user projects have their own SQLite file, whatever the suite's
-        # database: once per leg, with the last one.
+        # The user projects: once per leg, with the last database.
         projects=()
         if [[ $db != "$last_leg_db" ]]; then
             projects=("${USER_PROJECT_TESTS[@]/#/--ignore=}")
