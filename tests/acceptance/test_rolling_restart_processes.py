@@ -47,7 +47,9 @@ class Monitor:
     a thread of its own."""
 
     def __init__(self, server: RedisServer) -> None:
-        self._client = redis.Redis(port=server.port)
+        # No read timeout (redis-py's default is 5 s): the server is silent
+        # until a worker connects, which may take longer on a busy machine.
+        self._client = redis.Redis(port=server.port, socket_timeout=None)
         self._monitor = self._client.monitor()
         self._monitor.__enter__()
         self._lock = threading.Lock()
