@@ -102,3 +102,30 @@ def test_the_periodic_section_shows_both_scenarios_and_the_cost_per_schedule():
     ]
     assert "0.012 Redis commands, 1.27 rows written and 0.006 commits" in lines[-2]
     assert _periodic({}) == []
+
+
+def test_the_mariadb_burst_target_is_judged_on_the_median_ratio():
+    from benchmarks.report import _mariadb_burst
+
+    def row(goal: str, measured: str, met: bool) -> str:
+        return f"{measured} | {'met' if met else 'missed'}"
+
+    def figures(ratio: float) -> dict[str, Any]:
+        return {
+            "databases": {
+                "mariadb": {
+                    "burst_ratio": ratio,
+                    "burst_ratio_min": 0.5,
+                    "burst_ratio_max": 1.9,
+                    "started_per_s": 1473.0,
+                    "direct_per_s": 1601.0,
+                }
+            }
+        }
+
+    assert _mariadb_burst(figures(0.92), row) == [
+        "0.92x (0.50-1.90x; 1,473 started/s, direct calls 1,601/s) | met"
+    ]
+    assert _mariadb_burst(figures(0.79), row)[0].endswith("| missed")
+    # A run without the databases' benchmark has no such row.
+    assert _mariadb_burst({}, row) == []
