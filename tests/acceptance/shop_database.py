@@ -109,17 +109,8 @@ class ShopDatabase:
                 dbname="postgres" if admin else self.name,
                 autocommit=admin,
             )
-        import MySQLdb
-
-        return MySQLdb.connect(
-            host=self.server.host,
-            port=self.server.port,
-            user=self.server.user,
-            charset="utf8mb4",
-            autocommit=admin,
-            init_command="SET SESSION sql_mode = CONCAT(@@sql_mode, ',ANSI_QUOTES')",
-            **({} if admin else {"database": self.name}),
-        )
+        assert isinstance(self.server, MariaDBServer)
+        return self.server.connect(None if admin else self.name, autocommit=admin)
 
 
 def moment(stored: object) -> datetime.datetime:

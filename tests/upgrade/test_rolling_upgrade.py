@@ -134,18 +134,8 @@ class Database:
         )
 
     def _mariadb(self, database: str | None = None) -> Any:
-        import MySQLdb
-
         assert self.mariadb is not None
-        return MySQLdb.connect(
-            host=self.mariadb.host,
-            port=self.mariadb.port,
-            user=self.mariadb.user,
-            charset="utf8mb4",
-            autocommit=True,
-            init_command="SET SESSION sql_mode = CONCAT(@@sql_mode, ',ANSI_QUOTES')",
-            **({"database": database} if database else {}),
-        )
+        return self.mariadb.connect(database)
 
     def query(self, sql: str) -> list[tuple[Any, ...]]:
         if self.postgres is not None:
