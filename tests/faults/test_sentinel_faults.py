@@ -202,7 +202,7 @@ def test_the_old_sentinel_primary_comes_back_with_stale_data(
     # Sentinel turns a returning old primary into a replica only after it has
     # reported itself a primary, and been up, for four publish periods (8 s),
     # seen at its INFO refresh (every 10 s): 8-20 s, more on a busy machine.
-    rig.sentinels.wait_for_rejoin(old, timeout=60.0)
+    rig.sentinels.wait_for_rejoin(old, timeout=90.0)
     batch += schedule_records("after", 40, delay=lambda i: 0.2)
 
     check(

@@ -21,7 +21,7 @@ from typing import Any, Self
 
 import redis
 
-from tools.procs import LOOPBACK
+from tools.procs import LOOPBACK, NotReached
 from tools.servers.base import ServerError, Started
 from tools.servers.redis import RedisServer, redis_binary, wait_for_redis
 
@@ -152,16 +152,27 @@ class SentinelSet(Started):
         """Wait until ``server`` (an old primary, restarted) is a replica of
         the primary the sentinels name, in sync with it."""
 
+        seen: dict[str, Any] = {}
+
         def rejoined() -> bool:
             with self._client(server.port) as client:
                 info = client.info("replication")
+            seen["server"] = {
+                key: info.get(key)
+                for key in ("role", "master_port", "master_link_status")
+            }
+            seen["sentinels name"] = primary = self._primary_port()
             return (
                 info.get("role") == "slave"
-                and int(info.get("master_port", 0)) == self._primary_port()
+                and int(info.get("master_port", 0)) == primary
                 and info.get("master_link_status") == "up"
             )
 
-        self._wait(rejoined, "old primary back as a replica", timeout)
+        try:
+            self._wait(rejoined, "old primary back as a replica", timeout)
+        except NotReached as exc:
+            # What the server and the sentinels said last: stuck, or slow.
+            raise NotReached(f"{exc}; last seen: {seen}") from exc
 
     # -- internals ----------------------------------------------------------
 
