@@ -175,24 +175,24 @@ def unknown_task(row: DelayedTask, exc: TaskNotRegistered) -> Outcome:
     """
     reason = f"task name {row.name!r} is not registered in this worker"
     verdict = record_failure(row, exc, error=reason, trace="")
-    if verdict is Verdict.RETRYING and _tick_of_a_removed_schedule(row):
+    schedule = schedule_of_key(row.key)
+    if (
+        verdict is Verdict.RETRYING
+        and schedule is not None
+        and planner.is_removed(schedule)
         # No deployment will run it again. The planner cancels such ticks
         # when the schedule goes, but not one a worker held then (running,
         # it was not cancellable); checked after the retry is written, so a
         # removal committed during this attempt is seen.
-        changes.cancel(row.pk)
+        and changes.cancel(row.pk)
+    ):
         logger.info(
             "task %s cancelled: a tick of periodic schedule %s, which is no "
             "longer declared in the code",
             row.pk,
-            schedule_of_key(row.key),
+            schedule,
         )
     return Outcome(Disposition.DEAD, reason) if verdict is Verdict.FAILED else DONE
-
-
-def _tick_of_a_removed_schedule(row: DelayedTask) -> bool:
-    name = schedule_of_key(row.key)
-    return name is not None and planner.is_removed(name)
 
 
 def run_alone(
