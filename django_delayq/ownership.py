@@ -34,8 +34,7 @@ import time
 from django.db import DatabaseError, connections
 from django.db.migrations.recorder import MigrationRecorder
 
-from .checks import ids as check_ids
-from .conf import Settings, get_settings
+from .conf import Settings, check_ids, get_settings
 from .exceptions import KeyPrefixInUse, RedisUnavailable
 from .models import write_db
 from .store.connection import Client, get_client

@@ -44,7 +44,7 @@ from .recurring.overview import (
 from .store import stats
 from .store.connection import get_client
 from .store.errors import error_text
-from .sweeper import MISSED_PASSES, pass_ttl
+from .store.stats import MISSED_PASSES, pass_ttl
 
 HEALTHY, DEGRADED, DOWN = 0, 1, 2
 LEVELS = {HEALTHY: "healthy", DEGRADED: "degraded", DOWN: "down"}

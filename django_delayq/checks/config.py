@@ -13,13 +13,13 @@ from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Warning
 
 from .. import conf, registry
+from ..conf import check_ids
 from ..exceptions import (
     InvalidConfiguration,
     InvalidTaskDefinition,
     KeyPrefixInUse,
     RedisUnavailable,
 )
-from . import ids as check_ids
 
 logger = logging.getLogger(__name__)
 

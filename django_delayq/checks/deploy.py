@@ -19,8 +19,8 @@ from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Warning
 
 from .. import conf, registry
+from ..conf import check_ids
 from ..exceptions import InvalidConfiguration, RedisUnavailable
-from . import ids as check_ids
 
 _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 

@@ -11,8 +11,8 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from ..checks import ids as check_ids
 from ..text import short_repr
+from . import check_ids
 from .redis_settings import connection_problems
 from .schema import (
     DEFAULTS,

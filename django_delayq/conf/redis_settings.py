@@ -11,9 +11,9 @@ from urllib.parse import unquote, unquote_plus, urlsplit
 
 from django.conf import settings as django_settings
 
-from ..checks import ids as check_ids
-from ..store.urls import client_refusal
 from ..text import short_repr
+from . import check_ids
+from .redis_urls import client_refusal
 from .schema import (
     CONNECTION_KEYS,
     DJANGO_REDIS_CACHE,

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..store import leases as store
+from ..store.backoff import Backoff
 from ..store.connection import Client
 from ..store.errors import FAILED, Answers
 from ..store.keys import ShardKeys, handover_key
-from ..timing import Backoff
 
 logger = logging.getLogger(__name__)
 

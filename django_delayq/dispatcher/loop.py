@@ -44,10 +44,10 @@ from ..ownership import (
 from ..reconcile import rebuild
 from ..recurring.keeper import Keeper
 from ..store import epochs, index, wake_lists
+from ..store.backoff import Backoff
 from ..store.connection import Client, get_client
 from ..store.errors import Answers
 from ..store.keys import ShardKeys, dispatchers_key, handover_key, shard_keys
-from ..timing import Backoff
 from .leases import DispatchStats, Leases, Shard
 from .wakeups import WakeListener
 

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from ..conf import get_settings
 from ..exceptions import RedisUnavailable
 from ..store import wake_lists
+from ..store.backoff import Backoff
 from ..store.connection import BLOCK_SECONDS, Client, get_client
-from ..timing import Backoff
 from .leases import Shard
 
 logger = logging.getLogger(__name__)

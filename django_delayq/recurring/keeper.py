@@ -17,7 +17,7 @@ from django.db import DatabaseError, connections
 
 from ..db.connections import recycle_connections
 from ..exceptions import RedisUnavailable
-from ..timing import Backoff
+from ..store.backoff import Backoff
 from .planner import plan
 
 logger = logging.getLogger(__name__)

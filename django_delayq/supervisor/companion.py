@@ -16,7 +16,7 @@ import signal
 import time
 from typing import Protocol
 
-from ..timing import Backoff
+from ..store.backoff import Backoff
 
 logger = logging.getLogger(__name__)
 

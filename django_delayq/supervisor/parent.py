@@ -43,7 +43,7 @@ from multiprocessing.context import ForkProcess
 from django.db import connections
 
 from ..store import connection as redis_connection
-from ..timing import Backoff
+from ..store.backoff import Backoff
 from ..worker import Worker
 from ..worker.board import Board
 from ..worker.stuck import GIVE_UP_TIMEOUT

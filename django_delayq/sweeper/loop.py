@@ -27,12 +27,13 @@ from ..reconcile.reads import read_in_run_at_order
 from ..reconcile.shard import Repairs, ShardRows, Window, repair_shard
 from ..recurring.keeper import Keeper
 from ..store import epochs, leases
+from ..store.backoff import Backoff
 from ..store.connection import Client, get_client
 from ..store.errors import Answers, error_text
 from ..store.keys import shard_keys, sweeper_lock_key, sweepers_key
-from ..timing import Backoff
+from ..store.stats import MISSED_PASSES, pass_ttl
 
-__all__ = ["BATCH", "LOCK_MS", "SweepResult", "Sweeper", "pass_ttl"]
+__all__ = ["BATCH", "LOCK_MS", "MISSED_PASSES", "SweepResult", "Sweeper", "pass_ttl"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,18 +46,6 @@ BATCH = 1000
 LOCK_MS = 10_000
 #: The interval a sweep() outside run() announces (the command's default).
 DEFAULT_INTERVAL = 30.0
-#: A sweeper's pass counts for this many of its intervals...
-MISSED_PASSES = 3
-#: ...and at least this long (seconds): a pass itself takes a moment.
-MIN_PASS_TTL = 10.0
-
-
-def pass_ttl(interval: float) -> float:
-    """How long (seconds) a pass of a sweeper running every ``interval``
-    seconds shows it as alive: past that, no pass ended in a few intervals."""
-    return max(MISSED_PASSES * interval, MIN_PASS_TTL)
-
-
 #: The counts of a pass, in the order its line (and ``delayq_sweep --once``)
 #: gives them.
 COUNTS = (

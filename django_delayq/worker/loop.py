@@ -28,9 +28,9 @@ from ..db.connections import recycle_connections
 from ..exceptions import RedisUnavailable, WorkerStuck
 from ..ids import process_name
 from ..store import streams
+from ..store.backoff import Backoff
 from ..store.connection import BlockingReads, Client, get_client
 from ..store.keys import shard_keys
-from ..timing import Backoff
 from . import membership
 from .batch import Batch
 from .board import Board

@@ -24,10 +24,10 @@ from ..conf import get_settings
 from ..exceptions import RedisUnavailable
 from ..ownership import check_prefix_if_reachable
 from ..store import leases, streams
+from ..store.backoff import Backoff
 from ..store.connection import Client
 from ..store.errors import log_level
 from ..store.keys import workers_key
-from ..timing import Backoff
 
 logger = logging.getLogger(__name__)
 

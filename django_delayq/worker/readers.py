@@ -39,10 +39,10 @@ from collections.abc import Callable, Sequence
 
 from ..exceptions import RedisUnavailable
 from ..store import streams
+from ..store.backoff import Backoff
 from ..store.connection import BlockingReads, Client, get_client
 from ..store.errors import Answers
 from ..store.keys import BANDS
-from ..timing import Backoff
 from .inflight import InFlight
 
 logger = logging.getLogger(__name__)

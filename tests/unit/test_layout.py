@@ -1,14 +1,16 @@
-"""The package's structure: a folder per component, no import cycles, the
-components importing in one direction, Redis behind the store, one
-definition of the options, the check ids in one place.
+"""The package's structure: a folder per component, layers that import only
+downward, no import cycles, the components importing in one direction,
+Redis behind the store, one definition of the options, the check ids in one
+place.
 
-The import graph is read from the source (every ``import``, also inside
-functions, which hides a cycle but does not remove it; and the packages an
-import runs on the way, whose ``__init__`` re-exports), so a cycle fails
-here before it makes a refactor painful. The one kind of cycle accepted is
+The import graph is read from the source by :mod:`tools.import_graph`
+(every ``import``, also inside functions, which hides a cycle but does not
+remove it; and the packages an import runs on the way, whose ``__init__``
+re-exports), so a cycle fails here before it makes a refactor painful. The
+layers are declared there (``LAYERS``). The one kind of cycle accepted is
 Django's own habit (``Task.get_backend()`` imports its backends): a method
 importing, inside itself, a module that imports its module. Each is listed
-in :data:`LAZY_CYCLES` with why, and must stay inside its function.
+in ``LAZY_CYCLES`` with why, and must stay inside its function.
 
 There is no cap on a module's length: one concern per module, and a module
 that reads top to bottom beats several that import each other. What is
@@ -21,7 +23,6 @@ from __future__ import annotations
 import ast
 import inspect
 import re
-from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -40,20 +41,25 @@ from django_delayq import (
 )
 from django_delayq.options import ScheduleOptions
 from django_delayq.registry import Task
+from tools.import_graph import (
+    LAYERS,
+    LAZY_CYCLES,
+    PICTURE,
+    cycles,
+    import_edges,
+    import_graph,
+    inside,
+    layer_of,
+    module_name,
+    packages_on_the_way,
+    picture,
+    reachable,
+    upward_imports,
+)
 
 PACKAGE = Path(__file__).resolve().parents[2] / "django_delayq"
 DOCS_CHECKS = PACKAGE.parent / "docs" / "reference" / "checks.md"
 CONTRIBUTING = PACKAGE.parent / "docs" / "contributing.md"
-
-
-#: (module, imported module) -> why the import, made inside a function of
-#: the module, may close a cycle.
-LAZY_CYCLES = {
-    ("django_delayq.registry", "django_delayq.api"): (
-        "Task.schedule() and Task.aschedule() call schedule() and aschedule(), "
-        "whose module imports the registry"
-    ),
-}
 
 
 #: Modules at the package's root, besides ``__init__``: the public API and
@@ -100,132 +106,13 @@ FORBIDDEN = {
 
 #: The only modules that import redis-py: the store, and the exception that
 #: carries a Redis error's kind across it.
-REDIS_IMPORTERS = ("django_delayq.store", "django_delayq.exceptions")
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def import_edges() -> dict[str, dict[str, bool]]:
-    """Each module of the package -> the modules of the package it imports,
-    each with whether only imports inside functions name it.
-
-    Importing ``a.b.c`` runs ``a/b/__init__`` first: an import of a module in
-    another folder is also an edge to that folder's package (and to each
-    package on the way), unless the importer is inside it already.
-    """
-    modules = {
-        module_name(path): path
-        for path in PACKAGE.rglob("*.py")
-        if "migrations" not in path.parts
-    }
-    edges: dict[str, dict[str, bool]] = {name: {} for name in modules}
-    for name, path in modules.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        tree = ast.parse(path.read_text())
-        in_functions = {
-            id(node)
-            for function in ast.walk(tree)
-            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
-            for node in ast.walk(function)
-        }
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.rsplit(".", node.level - 1)[0]
-                    base = f"{anchor}.{base}" if base else anchor
-                # "from . import x" imports the module x when there is one.
-                targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
-            else:
-                continue
-            for target in targets:
-                while target and target not in modules:
-                    target = target.rpartition(".")[0]
-                if target and target != name:
-                    lazy = id(node) in in_functions
-                    for reached in [target, *packages_on_the_way(name, target)]:
-                        edges[name][reached] = edges[name].get(reached, True) and lazy
-                    break
-    return edges
-
-
-def packages_on_the_way(importer: str, target: str) -> list[str]:
-    """The packages whose ``__init__`` importing ``target`` from ``importer``
-    runs: those above ``target`` that ``importer`` is not inside."""
-    parts = target.split(".")
-    found = []
-    for end in range(2, len(parts)):
-        package = ".".join(parts[:end])
-        if not (importer == package or importer.startswith(package + ".")):
-            found.append(package)
-    return found
-
-
-def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
-    """Every module ``start`` imports, directly or through others."""
-    seen: set[str] = set()
-    todo = [start]
-    while todo:
-        for nxt in graph[todo.pop()]:
-            if nxt not in seen:
-                seen.add(nxt)
-                todo.append(nxt)
-    return seen
-
-
-def inside(module: str, package: str) -> bool:
-    return module == package or module.startswith(package + ".")
-
-
-def import_graph(*, accepted: Iterable[tuple[str, str]] = ()) -> dict[str, set[str]]:
-    """Each module of the package -> the modules of the package it imports;
-    without the ``accepted`` edges where only functions import."""
-    skip = set(accepted)
-    return {
-        name: {
-            target
-            for target, lazy in targets.items()
-            if not (lazy and (name, target) in skip)
-        }
-        for name, targets in import_edges().items()
-    }
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components with more than one module."""
-    order: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found = []
-
-    def visit(node: str) -> None:
-        order[node] = low[node] = len(order)
-        stack.append(node)
-        for nxt in graph[node]:
-            if nxt not in order:
-                visit(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in stack:
-                low[node] = min(low[node], order[nxt])
-        if low[node] == order[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for node in sorted(graph):
-        if node not in order:
-            visit(node)
-    return found
+REDIS_IMPORTERS = (
+    "django_delayq.store",
+    "django_delayq.exceptions",
+    # What redis-py makes of a URL, without connecting: part of reading
+    # REDIS_URL, below the store.
+    "django_delayq.conf.redis_urls",
+)
 
 
 def test_the_graph_sees_lazy_imports():
@@ -277,6 +164,42 @@ def test_importing_a_module_in_a_folder_runs_its_package():
     assert packages_on_the_way("django_delayq.db.inserts", "django_delayq.db.x") == []
     graph = import_graph()
     assert "django_delayq.db" in graph["django_delayq.api"]
+
+
+def test_every_module_is_in_a_layer_and_imports_only_downward():
+    graph = import_graph()
+    for module in graph:
+        layer_of(module)  # raises for a module no layer names
+    assert upward_imports(graph) == []
+
+
+def test_an_upward_import_is_found():
+    graph = {"django_delayq.models": {"django_delayq.api"}, "django_delayq.api": set()}
+    assert upward_imports(graph) == [("django_delayq.models", "django_delayq.api")]
+    assert [name for name, _, _ in LAYERS][layer_of("django_delayq.worker.loop")] == (
+        "components"
+    )
+
+
+def test_no_production_module_imports_the_test_toolkit():
+    """The test modes are chosen by a dotted path in the settings, as Django
+    chooses a backend: nothing outside ``testing/`` imports it, directly or
+    through another module (the management commands excepted: they refuse
+    to run under a test mode and say which)."""
+    graph = import_graph(accepted=LAZY_CYCLES)
+    reaching = sorted(
+        module
+        for module in graph
+        if not inside(module, "django_delayq.testing")
+        and any(inside(t, "django_delayq.testing") for t in reachable(graph, module))
+    )
+    assert reaching == []
+
+
+def test_the_contributors_picture_is_drawn_from_the_code():
+    assert PICTURE.read_text() == picture(import_graph()), (
+        "run: python -m tools.import_graph --svg docs/_static/import-graph.svg"
+    )
 
 
 def test_the_components_import_in_one_direction():
@@ -414,7 +337,7 @@ def test_every_check_id_is_defined_once_and_documented():
     spelled = {
         str(path.relative_to(PACKAGE.parent))
         for path in PACKAGE.rglob("*.py")
-        if path != PACKAGE / "checks" / "ids.py"
+        if path != PACKAGE / "conf" / "check_ids.py"
         and re.search(r"[\"']delayq\.[EW]\d{3}[\"']", path.read_text())
     }
     assert spelled == set()

@@ -12,13 +12,8 @@ from django_delayq.exceptions import (
     RedisPermissionDenied,
     RedisUnavailable,
 )
-from django_delayq.timing import (
-    Backoff,
-    ceil_ms,
-    resolve_run_at,
-    retry_pause,
-    to_score,
-)
+from django_delayq.store.backoff import Backoff, retry_pause
+from django_delayq.timing import ceil_ms, resolve_run_at, to_score
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, 250_400, tzinfo=datetime.UTC)
 
