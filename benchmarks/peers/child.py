@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.peers.procs import REPO_ROOT
+from benchmarks.harness.child import run_json
 from benchmarks.peers.stats import empty_result
 
 # The child's log level (WARNING unless set), as the parent's -v asks.
@@ -42,17 +42,9 @@ def run_peer_in_child(name: str, *, timeout: float, **kwargs: Any) -> dict[str, 
         },
     }
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", __name__],
-            input=json.dumps(request),
-            cwd=REPO_ROOT,
-            stdout=subprocess.PIPE,
-            text=True,
-            timeout=timeout,
-            check=True,
+        result: dict[str, Any] = run_json(
+            __name__, stdin=json.dumps(request), timeout=timeout
         )
-        lines = [line for line in done.stdout.splitlines() if line.strip()]
-        result: dict[str, Any] = json.loads(lines[-1])
         return result
     except (subprocess.SubprocessError, ValueError, IndexError) as exc:
         return _failed(name, kwargs, f"child process: {type(exc).__name__}: {exc}")

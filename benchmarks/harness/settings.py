@@ -12,7 +12,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.auth",
     "django_delayq",
-    "benchmarks.benchapp",
+    "benchmarks.harness.benchapp",
 ]
 
 _db = os.environ.get("DELAYQ_BENCH_DB", "sqlite")
@@ -42,16 +42,16 @@ else:
 DATABASES = {"default": _database}
 DELAYQ = {
     "REDIS_URL": os.environ.get("DELAYQ_REDIS_URL", "redis://127.0.0.1:6379/0"),
-    # benchmarks.cluster runs the same scenarios on a Redis Cluster.
+    # benchmarks.scenarios.cluster runs the same scenarios on a Redis Cluster.
     "REDIS_CLUSTER": os.environ.get("DELAYQ_REDIS_CLUSTER") == "1",
     "QUEUES": {"default": {"shards": int(os.environ.get("DELAYQ_BENCH_SHARDS", "1"))}},
 }
 
-# benchmarks.periodic: that many schedules of the noop task, every second.
+# benchmarks.scenarios.periodic: that many schedules of the noop task, every second.
 if os.environ.get("DELAYQ_BENCH_PERIODIC"):
     DELAYQ["PERIODIC"] = {
         f"bench-{number:05d}": {
-            "task": "benchmarks.benchapp.tasks.noop",
+            "task": "benchmarks.harness.benchapp.tasks.noop",
             "every": 1,
             "args": [number],
         }

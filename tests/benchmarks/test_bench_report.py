@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks.harness.report import _ratio
 from benchmarks.peers.report import markdown
 from benchmarks.peers.stats import empty_summary
-from benchmarks.report import _ratio
 
 
 def _result(**figures: Any) -> dict[str, Any]:
@@ -69,7 +69,7 @@ def test_ratio_without_a_figure_is_n_a():
 
 
 def test_the_periodic_section_shows_both_scenarios_and_the_cost_per_schedule():
-    from benchmarks.report import _periodic
+    from benchmarks.harness.report import _periodic
 
     def spread(median: float) -> dict[str, float]:
         return {"median": median, "min": median - 1, "max": median + 1}
@@ -105,7 +105,7 @@ def test_the_periodic_section_shows_both_scenarios_and_the_cost_per_schedule():
 
 
 def test_the_mariadb_burst_target_is_judged_on_the_median_ratio():
-    from benchmarks.report import _mariadb_burst
+    from benchmarks.harness.report import _mariadb_burst
 
     def row(goal: str, measured: str, met: bool) -> str:
         return f"{measured} | {'met' if met else 'missed'}"

@@ -5,13 +5,13 @@ databases taking turns (so that the machine's mood falls on both alike):
 
 * the burst: ``--burst`` one-row tasks all due within 2 s, two worker
   processes, started per second, against the direct-call loop of the same
-  function on the same database (``benchmarks.direct_call``);
+  function on the same database (``benchmarks.scenarios.direct_call``);
 * the light load: 25 one-row tasks a second for 10 s, start lateness;
 * ``schedule_many()``: tasks per second in batches of 1,000, against the
   hand-written ``bulk_create()`` and pipelined ``ZADD``
-  (``benchmarks.schedule_rate``).
+  (``benchmarks.scenarios.schedule_rate``).
 
-    python -m benchmarks.databases --runs 3
+    python -m benchmarks.scenarios.databases --runs 3
 
 Prints one JSON object (``--json``) or a table: medians, with the spread
 (min-max) of the runs.
@@ -21,54 +21,35 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.harness.child import harness_env, run_json
+
 DATABASES = ("postgres", "mariadb")
 
 
-def _child(db: str, *argv: str, timeout: float = 900) -> Any:
+def _on_fresh_servers(db: str, *argv: str, timeout: float = 900) -> Any:
     """``python -m <argv>`` with a fresh Redis and a fresh ``db`` server;
     the JSON its last stdout line holds."""
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tools.servers",
-            "run",
-            "--redis",
-            f"--{db}",
-            "--",
-            sys.executable,
-            "-m",
-            *argv,
-        ],
-        env=dict(
-            os.environ,
-            DJANGO_SETTINGS_MODULE="benchmarks.settings",
-            PYTHONPATH=str(ROOT),
-        ),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
+    servers = ("tools.servers", "run", "--redis", f"--{db}", "--")
+    return run_json(
+        *servers,
+        sys.executable,
+        "-m",
+        *argv,
+        env=harness_env(),
         timeout=timeout,
-        check=True,
+        quiet=True,
     )
-    lines = [line for line in done.stdout.splitlines() if line.strip()]
-    return json.loads(lines[-1])
 
 
 def _one_row_tasks(db: str, tasks: int, *, window: float) -> Any:
     """``tasks`` one-row tasks due over ``window`` seconds, two workers."""
-    return _child(
+    return _on_fresh_servers(
         db,
-        "benchmarks.end_to_end",
+        "benchmarks.scenarios.end_to_end",
         "--db",
         db,
         "--task",
@@ -84,16 +65,22 @@ def _one_row_tasks(db: str, tasks: int, *, window: float) -> Any:
 
 
 def one_round(db: str, burst: int, schedule_bulk: int) -> dict[str, float]:
-    direct = _child(
-        db, "benchmarks.direct_call", "--db", db, "--calls", str(burst), "--json"
+    direct = _on_fresh_servers(
+        db,
+        "benchmarks.scenarios.direct_call",
+        "--db",
+        db,
+        "--calls",
+        str(burst),
+        "--json",
     )
     flow = _one_row_tasks(db, burst, window=2)
     light = _one_row_tasks(db, 250, window=10)
     rates = {
         row["what"]: row
-        for row in _child(
+        for row in _on_fresh_servers(
             db,
-            "benchmarks.schedule_rate",
+            "benchmarks.scenarios.schedule_rate",
             "--db",
             db,
             "--single",

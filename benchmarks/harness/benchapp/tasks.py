@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.benchapp.models import BenchRow
+from benchmarks.harness.benchapp.models import BenchRow
 from django_delayq import task
 
 

@@ -14,10 +14,10 @@ the workers start on a full ready stream; started/s is tasks finished divided
 by the time from the first start to the last finish (what the worker
 processes sustain, without the dispatch lead-in). ``--task`` picks the task
 function: ``noop``, or ``write_row`` (one ORM insert), the same functions
-that ``benchmarks.direct_call`` calls with no queue.
+that ``benchmarks.scenarios.direct_call`` calls with no queue.
 
     python -m tools.servers run --redis --postgres -- \\
-        python -m benchmarks.end_to_end --db postgres --tasks 20000 --window 2
+        python -m benchmarks.scenarios.end_to_end --db postgres --tasks 20000 --window 2
 
 Prints one JSON object (``--json``) or a line per scenario.
 """
@@ -36,12 +36,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from benchmarks.stats import lateness_summary
+from benchmarks.harness.stats import lateness_summary
 
 
 def setup(db: str) -> None:
     os.environ["DELAYQ_BENCH_DB"] = db
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.harness.settings")
     import django
 
     django.setup()
@@ -52,7 +52,7 @@ def setup(db: str) -> None:
 
 def bench_client() -> Any:
     """A client of the benchmark's Redis: a cluster client when
-    ``DELAYQ_REDIS_CLUSTER=1`` (see ``benchmarks.cluster``)."""
+    ``DELAYQ_REDIS_CLUSTER=1`` (see ``benchmarks.scenarios.cluster``)."""
     import redis
 
     url = os.environ["DELAYQ_REDIS_URL"]
@@ -168,8 +168,8 @@ def scenario(
     from django.db import connection
     from django.utils import timezone
 
-    from benchmarks.benchapp.models import BenchRow
-    from benchmarks.benchapp.tasks import KINDS
+    from benchmarks.harness.benchapp.models import BenchRow
+    from benchmarks.harness.benchapp.tasks import KINDS
     from django_delayq import Call, schedule_many
     from django_delayq.models import DelayedTask, Status
 

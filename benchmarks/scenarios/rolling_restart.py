@@ -15,7 +15,7 @@ task function starts) over every task of the window. The figure to watch is
 the p99 of the rolling scenario against the steady one of the same run.
 
     python -m tools.servers run --redis --postgres -- \\
-        python -m benchmarks.rolling_restart --db postgres --runs 3
+        python -m benchmarks.scenarios.rolling_restart --db postgres --runs 3
 
 Prints one JSON object (``--json``) or a line per run.
 """
@@ -33,8 +33,13 @@ import sys
 import time
 from typing import Any
 
-from benchmarks.end_to_end import _blocked_readers, _command, bench_client, setup
-from benchmarks.stats import lateness_summary
+from benchmarks.harness.stats import lateness_summary
+from benchmarks.scenarios.end_to_end import (
+    _blocked_readers,
+    _command,
+    bench_client,
+    setup,
+)
 
 #: How long a process may take to start or to stop before the run fails.
 PROCESS_TIMEOUT = 60.0
@@ -103,8 +108,8 @@ class Processes:
 def scenario(rate: int, window: float, workers: int, rolling: bool) -> dict[str, Any]:
     from django.utils import timezone
 
-    from benchmarks.benchapp.models import BenchRow
-    from benchmarks.benchapp.tasks import KINDS
+    from benchmarks.harness.benchapp.models import BenchRow
+    from benchmarks.harness.benchapp.tasks import KINDS
     from django_delayq import Call, schedule_many
     from django_delayq.models import DelayedTask, Status
 

@@ -13,7 +13,7 @@ after the loss. Each run also checks that none of the backlog ran and that
 no task ran twice or early.
 
     python -m tools.servers run --redis --postgres -- \\
-        python -m benchmarks.redis_loss --db postgres --runs 3
+        python -m benchmarks.scenarios.redis_loss --db postgres --runs 3
 
 Prints one JSON object (``--json``) or a line per run.
 """
@@ -28,9 +28,9 @@ import sys
 import time
 from typing import Any
 
-from benchmarks.end_to_end import bench_client, setup
-from benchmarks.rolling_restart import Processes
-from benchmarks.stats import lateness_summary
+from benchmarks.harness.stats import lateness_summary
+from benchmarks.scenarios.end_to_end import bench_client, setup
+from benchmarks.scenarios.rolling_restart import Processes
 
 #: Rows per schedule_many() call and per index write.
 CHUNK = 10_000
@@ -38,7 +38,7 @@ CHUNK = 10_000
 
 def build_backlog(size: int) -> None:
     """Schedule ``size`` one-row tasks a day ahead, unless they exist."""
-    from benchmarks.benchapp.tasks import KINDS
+    from benchmarks.harness.benchapp.tasks import KINDS
     from django_delayq import Call, schedule_many
     from django_delayq.models import DelayedTask
 
@@ -80,8 +80,8 @@ def index_backlog() -> None:
 def scenario(soon: int, window: float, workers: int) -> dict[str, Any]:
     from django.utils import timezone
 
-    from benchmarks.benchapp.models import BenchRow
-    from benchmarks.benchapp.tasks import KINDS
+    from benchmarks.harness.benchapp.models import BenchRow
+    from benchmarks.harness.benchapp.tasks import KINDS
     from django_delayq import Call, schedule_many
     from django_delayq.models import DelayedTask, Status
 

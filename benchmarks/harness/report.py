@@ -16,7 +16,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Plan:
-    """Sizes of one run; FULL and QUICK in ``benchmarks.__main__``."""
+    """Sizes of one run; FULL and QUICK in ``benchmarks.harness.run_all``."""
 
     schedule_single: int
     schedule_bulk: int
@@ -218,7 +218,7 @@ def _throughput(results: dict[str, Any]) -> list[str]:
         "scheduled with one due time, run by a `delayq_dispatch` and one "
         "`delayq_worker` process (one thread); started/s = tasks / (last "
         "finish - first start). Baseline: the same task functions "
-        f"(`benchmarks.benchapp.tasks`) called {direct['calls']:,.0f} times in "
+        f"(`benchmarks.harness.benchapp.tasks`) called {direct['calls']:,.0f} times in "
         f"a plain loop in one process, `transaction.atomic()` around every "
         f"{direct['batch']:,.0f} calls, no queue, on the same PostgreSQL "
         f"(median of {results['plan']['repeats']} round(s)). `noop` does "
@@ -293,8 +293,9 @@ def _cluster(results: dict[str, Any]) -> list[str]:
     return [
         "## Redis Cluster against one Redis (PostgreSQL)",
         "",
-        f"`python -m benchmarks.cluster`: the same {run['shards']} shards on one "
-        "redis-server and on a cluster of three primaries with a replica each "
+        "`python -m benchmarks.scenarios.cluster`: the same "
+        f"{run['shards']} shards on one redis-server and on a cluster of three "
+        "primaries with a replica each "
         "(`tools/servers/cluster.py`), all on this machine. Move rate: a backlog of "
         f"{run['backlog']:,} due ids over every shard, moved by one "
         f"`delayq_dispatch --once` pass. Started/s: {run['tasks']:,} tasks all "
@@ -343,7 +344,8 @@ def _redis_loss(results: dict[str, Any]) -> list[str]:
     return [
         "## Tasks due soon after Redis loses its data (PostgreSQL)",
         "",
-        f"`python -m benchmarks.redis_loss`: {run['backlog']:,} one-row tasks "
+        "`python -m benchmarks.scenarios.redis_loss`: "
+        f"{run['backlog']:,} one-row tasks "
         f"due a day ahead, {run['soon']:,} due evenly over the next "
         f"{run['window_s']:g} s, `FLUSHALL` a quarter into that window; one "
         f"dispatcher and {run['workers']} worker processes with their default "
@@ -374,7 +376,8 @@ def _rolling_restart(results: dict[str, Any]) -> list[str]:
     return [
         "## A rolling restart under a steady load (PostgreSQL)",
         "",
-        f"`python -m benchmarks.rolling_restart`: {run['rate']} one-row tasks a "
+        "`python -m benchmarks.scenarios.rolling_restart`: "
+        f"{run['rate']} one-row tasks a "
         f"second over {run['window_s']:g} s, one dispatcher and {run['workers']} "
         "worker processes; in each run the same load once with nothing "
         "restarting (steady) and once with every process replaced one by one a "
@@ -422,7 +425,7 @@ def _periodic(results: dict[str, Any]) -> list[str]:
         f"## Periodic schedules: {run['schedules']:,} schedules every second "
         "(PostgreSQL)",
         "",
-        f"`python -m benchmarks.periodic`: {run['schedules']:,} "
+        f"`python -m benchmarks.scenarios.periodic`: {run['schedules']:,} "
         '`DELAYQ["PERIODIC"]` entries (`every: 1`, a no-op task) on one '
         f"dispatcher and {run['workers']} worker processes, beside the same "
         "load as plain tasks written ahead with `schedule_many()`; a "
@@ -465,7 +468,8 @@ def _databases(results: dict[str, Any]) -> list[str]:
     return [
         "## PostgreSQL beside MariaDB",
         "",
-        "`python -m benchmarks.databases`: the same scenarios on each database, "
+        "`python -m benchmarks.scenarios.databases`: the same scenarios on "
+        "each database, "
         f"{runs} rounds, each on fresh servers, the databases taking turns; "
         "medians (min-max). The burst is 20,000 one-row tasks due within 2 s on "
         "two worker processes, against the direct-call loop of the same function "

@@ -4,7 +4,7 @@ Two scenarios on one dispatcher and ``--workers`` worker processes, each
 measured over the same ``--window`` after a warm-up:
 
 - **periodic**: ``--schedules`` entries of ``DELAYQ["PERIODIC"]`` (the
-  ``noop`` task, ``every: 1``), declared by ``benchmarks.settings`` when
+  ``noop`` task, ``every: 1``), declared by ``benchmarks.harness.settings`` when
   ``DELAYQ_BENCH_PERIODIC`` is set; the dispatcher's keeper writes each
   tick as a task row a few seconds ahead;
 - **plain** (the baseline): the same load as ordinary tasks, N due at each
@@ -20,7 +20,7 @@ second, so a 10 s window is accurate to a few percent). What a schedule
 costs to keep is the periodic figure less the plain one, divided by N.
 
     python -m tools.servers run --redis --postgres -- \\
-        python -m benchmarks.periodic --db postgres --schedules 1000 --runs 3
+        python -m benchmarks.scenarios.periodic --db postgres --schedules 1000 --runs 3
 
 Prints one JSON object (``--json``) or a line per scenario.
 """
@@ -36,8 +36,8 @@ import sys
 import time
 from typing import Any
 
-from benchmarks.end_to_end import bench_client, running, setup
-from benchmarks.stats import lateness_summary
+from benchmarks.harness.stats import lateness_summary
+from benchmarks.scenarios.end_to_end import bench_client, running, setup
 
 #: Seconds the processes run before the window: start-up and the first
 #: planning rounds (the keeper creates the schedules' rows).
@@ -79,7 +79,7 @@ def scenario(
     from django.db import connection
     from django.utils import timezone
 
-    from benchmarks.benchapp.tasks import noop
+    from benchmarks.harness.benchapp.tasks import noop
     from django_delayq import Call, schedule_many
     from django_delayq.models import DelayedTask, PeriodicSchedule, Status
 

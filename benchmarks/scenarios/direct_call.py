@@ -3,11 +3,11 @@
 What a task costs when a plain loop in one process calls its function, on the
 same database, committing every ``--batch`` calls (``transaction.atomic()``
 around each batch). The end-to-end throughput scenarios run the very same
-functions (``benchmarks.benchapp.tasks``) through ``delayq_dispatch`` and a
+functions (``benchmarks.harness.benchapp.tasks``) through ``delayq_dispatch`` and a
 ``delayq_worker``; the ratio of the two says what the queue costs per task.
 
     python -m tools.servers run --postgres -- \\
-        python -m benchmarks.direct_call --db postgres --calls 20000
+        python -m benchmarks.scenarios.direct_call --db postgres --calls 20000
 
 Prints one JSON object (``--json``) or a line per task kind.
 """
@@ -20,15 +20,15 @@ import statistics
 import sys
 import time
 
-from benchmarks.end_to_end import setup
+from benchmarks.scenarios.end_to_end import setup
 
 
 def calls_per_s(kind: str, calls: int, batch: int) -> float:
     """Call ``kind``'s function ``calls`` times, ``batch`` per transaction."""
     from django.db import transaction
 
-    from benchmarks.benchapp.models import BenchRow
-    from benchmarks.benchapp.tasks import KINDS
+    from benchmarks.harness.benchapp.models import BenchRow
+    from benchmarks.harness.benchapp.tasks import KINDS
 
     # The function itself: Task.__call__ only forwards to it.
     func = KINDS[kind].func
@@ -45,7 +45,7 @@ def calls_per_s(kind: str, calls: int, batch: int) -> float:
 
 def measure(calls: int, batch: int, repeats: int) -> dict[str, float]:
     """Median calls/s of each task kind over ``repeats`` rounds, interleaved."""
-    from benchmarks.benchapp.tasks import KINDS
+    from benchmarks.harness.benchapp.tasks import KINDS
 
     rates: dict[str, list[float]] = {kind: [] for kind in KINDS}
     calls_per_s(next(iter(KINDS)), min(calls, 100), batch)  # connect, warm up

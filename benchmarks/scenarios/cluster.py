@@ -6,7 +6,7 @@ with a replica each, started here (``tools.servers.cluster``).
 
 * move rate: a backlog of due ids over every shard, moved by
   ``Dispatcher.run(once=True)``: ids per second.
-* started/s: tasks all due at once (``benchmarks.end_to_end``'s throughput
+* started/s: tasks all due at once (``benchmarks.scenarios.end_to_end``'s throughput
   scenario), one dispatcher and W worker processes.
 * recovery (the cluster only): tasks due steadily, a dispatcher, two worker
   processes and a sweeper (``--interval 1``) running, and the primary of
@@ -14,7 +14,8 @@ with a replica each, started here (``tools.servers.cluster``).
   until the dead primary's shards start tasks again, and how late the
   latest task was.
 
-    python -m tools.servers run --redis --postgres -- python -m benchmarks.cluster
+    python -m tools.servers run --redis --postgres -- \\
+        python -m benchmarks.scenarios.cluster
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from benchmarks import end_to_end
+from benchmarks.scenarios import end_to_end
 
 CLUSTER_ENV = ("DELAYQ_REDIS_URL", "DELAYQ_REDIS_CLUSTER", "DELAYQ_BENCH_SHARDS")
 
@@ -102,7 +103,7 @@ def recovery(tasks: int, window: float, cluster: Any) -> dict[str, float]:
     docstring for what is measured."""
     from django.utils import timezone
 
-    from benchmarks.benchapp.tasks import KINDS
+    from benchmarks.harness.benchapp.tasks import KINDS
     from django_delayq import Call, schedule_many
     from django_delayq.models import DelayedTask, Status
     from django_delayq.store.keys import shard_keys

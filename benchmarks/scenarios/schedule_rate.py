@@ -9,7 +9,8 @@ Baselines, measured in the same run on the same servers:
 Run it through the servers runner so it gets a private Redis and PostgreSQL
 (``--mariadb`` adds MariaDB to the databases it runs on)::
 
-    python -m tools.servers run --redis --postgres -- python -m benchmarks.schedule_rate
+    python -m tools.servers run --redis --postgres -- \\
+        python -m benchmarks.scenarios.schedule_rate
 
 Every loop is bounded by a task count; nothing runs unbounded.
 """
@@ -27,7 +28,7 @@ from collections.abc import Callable
 
 def setup(db: str) -> None:
     os.environ["DELAYQ_BENCH_DB"] = db
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.harness.settings")
     import django
 
     django.setup()
@@ -55,7 +56,7 @@ def run(
     import redis
     from django.db import transaction
 
-    from benchmarks.benchapp.tasks import noop
+    from benchmarks.harness.benchapp.tasks import noop
     from django_delayq import Call, schedule, schedule_many
     from django_delayq.ids import uuid7
     from django_delayq.models import DelayedTask
@@ -143,7 +144,13 @@ def main() -> int:
         dbs = ["sqlite", "postgres"]
         dbs += ["mariadb"] if "DELAYQ_MARIADB_HOST" in os.environ else []
         for db in dbs:
-            argv = [sys.executable, "-m", "benchmarks.schedule_rate", "--db", db]
+            argv = [
+                sys.executable,
+                "-m",
+                "benchmarks.scenarios.schedule_rate",
+                "--db",
+                db,
+            ]
             argv += ["--single", str(args.single), "--bulk", str(args.bulk)]
             argv += ["--repeats", str(args.repeats)]
             argv += ["--json"] if args.json else []

@@ -13,7 +13,8 @@ the backlog is grown with ``schedule_many()`` and measured:
   past the backlog.
 
     python -m tools.servers run --redis --postgres -- \\
-        python -m benchmarks.footprint --db postgres --sizes 10000 100000 1000000
+        python -m benchmarks.scenarios.footprint --db postgres \\
+            --sizes 10000 100000 1000000
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import sys
 import time
 import uuid
 
-from benchmarks.end_to_end import setup
+from benchmarks.scenarios.end_to_end import setup
 
 
 def _db_bytes() -> int:
@@ -46,7 +47,7 @@ def measure(sizes: list[int], probe: int) -> list[dict[str, float]]:
     import redis
     from django.db import connection, transaction
 
-    from benchmarks.benchapp.tasks import noop
+    from benchmarks.harness.benchapp.tasks import noop
     from django_delayq import Call, schedule, schedule_many
     from django_delayq.dispatcher import Dispatcher
     from django_delayq.models import DelayedTask

@@ -9,7 +9,7 @@
 * idle: Redis commands per second while a dispatcher (and a worker) wait
   with nothing due, read from INFO's total_commands_processed.
 
-    python -m tools.servers run --redis -- python -m benchmarks.dispatch
+    python -m tools.servers run --redis -- python -m benchmarks.scenarios.dispatch
 
 Every loop is bounded in count and time.
 """
@@ -25,11 +25,11 @@ import threading
 import time
 import uuid
 
-from benchmarks.stats import percentile
+from benchmarks.harness.stats import percentile
 
 
 def setup() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.harness.settings")
     import django
 
     django.setup()
