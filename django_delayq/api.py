@@ -34,7 +34,7 @@ from .exceptions import DuplicateTask, InvalidArgument, TaskRefused
 from .ids import shard_of, uuid7
 from .lookups import Lookup, matching, write_alias, written
 from .models import ACTIVE_STATUSES, DelayedTask, OutboxEntry, Status
-from .outbox import index_after_commit, unindex_after_commit
+from .outbox import index_after_commit, indexer, unindex_after_commit
 from .payload import check_payload
 from .text import check_text
 from .timing import resolve_run_at
@@ -119,6 +119,9 @@ def schedule(
         Call(fn_or_name, args, kwargs, delay, eta, queue, key, max_attempts, priority)
     )
     db = write_alias(using)
+    # Chosen before the row is written: a TEST_MODE that names no indexer
+    # fails here, leaving nothing behind.
+    indexer()
     if key is None:
         # A UUID primary key cannot conflict, so a plain INSERT is enough: it
         # joins the caller's transaction, or commits on its own in autocommit.
@@ -173,6 +176,7 @@ def schedule_many(
     if not tasks:
         return []
     db = write_alias(using)
+    indexer()  # as in schedule(): before anything is written
 
     def write() -> list[DelayedTask]:
         with _key_clash_as_duplicate(seen_keys, db), transaction.atomic(using=db):

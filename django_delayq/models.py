@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any, ClassVar
 
 from django.core.checks import CheckMessage
@@ -31,6 +32,22 @@ TERMINAL_STATUSES = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
 _HANDLED_ON_MYSQL = frozenset({"models.W036", "models.W037"})
 
 
+def due_by(moment: datetime.datetime) -> Q:
+    """The condition of a task due by ``moment``: scheduled, ``run_at`` not
+    after it. The claim's hand-written SQL (db/statements.py) tests the same
+    condition; both are served by the ``(status, run_at)`` index."""
+    return Q(status=Status.SCHEDULED, run_at__lte=moment)
+
+
+def overdue_by(
+    moment: datetime.datetime, grace: datetime.timedelta = datetime.timedelta(0)
+) -> Q:
+    """The condition of a task late at ``moment``: scheduled, and more than
+    ``grace`` past its ``run_at`` (dispatch and claim take a moment, so the
+    reports allow one before they call a task late)."""
+    return Q(status=Status.SCHEDULED, run_at__lt=moment - grace)
+
+
 class DelayedTaskQuerySet(models.QuerySet["DelayedTask"]):
     def active(self) -> DelayedTaskQuerySet:
         return self.filter(status__in=ACTIVE_STATUSES)
@@ -40,6 +57,19 @@ class DelayedTaskQuerySet(models.QuerySet["DelayedTask"]):
 
     def terminal(self) -> DelayedTaskQuerySet:
         return self.filter(status__in=TERMINAL_STATUSES)
+
+    def due(self, *, by: datetime.datetime) -> DelayedTaskQuerySet:
+        """The tasks due by ``by`` (:func:`due_by`)."""
+        return self.filter(due_by(by))
+
+    def overdue(
+        self,
+        *,
+        by: datetime.datetime,
+        grace: datetime.timedelta = datetime.timedelta(0),
+    ) -> DelayedTaskQuerySet:
+        """The tasks more than ``grace`` late at ``by`` (:func:`overdue_by`)."""
+        return self.filter(overdue_by(by, grace))
 
 
 class DelayedTask(models.Model):

@@ -1,19 +1,27 @@
-"""The options of a scheduling call, defined once, and the bounds of those
-that ``@task`` takes too.
+"""The options of a scheduling call and of a task, each defined once.
 
-:func:`django_delayq.schedule` spells them out as keyword arguments, so that
-its signature documents them; :meth:`Task.schedule
+:func:`django_delayq.schedule` spells the scheduling options out as keyword
+arguments, so that its signature documents them; :meth:`Task.schedule
 <django_delayq.registry.Task.schedule>` takes them as ``**options`` typed by
 :class:`ScheduleOptions`. A test checks that the two agree.
+
+The options of a task are :class:`TaskOptions`, with their defaults and
+their validation: ``@task`` and ``@periodic`` spell them out as keyword
+arguments too (a test checks that they agree with it), a
+``DELAYQ["PERIODIC"]`` entry and the Django Tasks backend's ``OPTIONS``
+take some of them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypedDict
 
-from .exceptions import InvalidArgument
+from .conf.schema import MAX_TIME_LIMIT
+from .exceptions import InvalidArgument, InvalidTaskDefinition
+from .text import check_text
 
 
 class ScheduleOptions(TypedDict, total=False):
@@ -63,3 +71,114 @@ def validate_priority(value: object, *, where: str) -> int:
             f"(higher starts first; 0 is the default); got {value!r}."
         )
     return value
+
+
+#: The longest task name a row holds.
+MAX_NAME_LENGTH = 200
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskOptions:
+    """The options of ``@task`` (see :func:`django_delayq.task`), with their
+    defaults; :meth:`checked` validates them."""
+
+    name: str | None = None
+    queue: str | None = None
+    max_attempts: int | None = None
+    atomic: bool = True
+    time_limit: float | None = None
+    priority: int = 0
+
+    def checked(self) -> TaskOptions:
+        """Return these options, the time limit as a float; raise
+        :class:`~django_delayq.exceptions.InvalidTaskDefinition` naming the
+        first bad one as ``@task(option=...)``."""
+        for option in TASK_OPTIONS:
+            problem = task_option_problem(
+                option, getattr(self, option), where=f"@task({option}=...)"
+            )
+            if problem is not None:
+                raise InvalidTaskDefinition(problem)
+        if self.time_limit is None:
+            return self
+        return dataclasses.replace(self, time_limit=float(self.time_limit))
+
+    def arguments(self) -> dict[str, Any]:
+        """The options as keyword arguments of :class:`~django_delayq.registry.Task`."""
+        return {option: getattr(self, option) for option in TASK_OPTIONS}
+
+
+def task_option_problem(option: str, value: object, *, where: str) -> str | None:
+    """What is wrong with ``value`` for the task option ``option``, as a
+    message naming ``where``; None if it is valid."""
+    return _CHECKS[option](value, where)
+
+
+def _name_problem(value: object, where: str) -> str | None:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_NAME_LENGTH:
+        return (
+            f"{where} must be a non-empty string of at most "
+            f"{MAX_NAME_LENGTH} characters; got {value!r}."
+        )
+    try:
+        check_text(value, where, InvalidTaskDefinition)
+    except InvalidTaskDefinition as exc:
+        return str(exc)
+    return None
+
+
+def _queue_problem(value: object, where: str) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        return f"{where} must be a queue name; got {value!r}."
+    return None
+
+
+def _max_attempts_problem(value: object, where: str) -> str | None:
+    if value is None:
+        return None  # DELAYQ["MAX_ATTEMPTS"]
+    try:
+        validate_max_attempts(value, where=where)
+    except InvalidArgument as exc:
+        return str(exc)
+    return None
+
+
+def _priority_problem(value: object, where: str) -> str | None:
+    try:
+        validate_priority(value, where=where)
+    except InvalidArgument as exc:
+        return str(exc)
+    return None
+
+
+def _atomic_problem(value: object, where: str) -> str | None:
+    if not isinstance(value, bool):
+        return f"{where} must be True or False; got {value!r}."
+    return None
+
+
+def _time_limit_problem(value: object, where: str) -> str | None:
+    if value is not None and (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not 0 < value <= MAX_TIME_LIMIT
+    ):
+        return (
+            f"{where} must be a number of seconds, more than 0 and at most "
+            f"{MAX_TIME_LIMIT:g}, or None; got {value!r}."
+        )
+    return None
+
+
+#: Each task option's check, in the order ``@task`` checks them.
+_CHECKS: dict[str, Callable[[object, str], str | None]] = {
+    "name": _name_problem,
+    "queue": _queue_problem,
+    "max_attempts": _max_attempts_problem,
+    "priority": _priority_problem,
+    "atomic": _atomic_problem,
+    "time_limit": _time_limit_problem,
+}
+
+#: The names of the task options, in the order they are checked.
+TASK_OPTIONS = tuple(_CHECKS)

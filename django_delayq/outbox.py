@@ -19,7 +19,8 @@ from django.utils.module_loading import import_string
 
 from . import signals
 from .conf import Settings, get_settings
-from .exceptions import KeyPrefixInUse
+from .conf.schema import indexer_path
+from .exceptions import InvalidConfiguration, KeyPrefixInUse
 from .models import DelayedTask, OutboxEntry, Status, write_db
 from .ownership import check_prefix_for_writes
 from .store import index
@@ -76,9 +77,6 @@ class RedisIndexer:
 _REDIS = RedisIndexer()
 #: The indexer chosen for the current settings object
 _chosen: tuple[Settings, Indexer] | None = None
-#: The testing toolkit's indexer of a test mode, by dotted path: loaded
-#: only when a test mode is set, and never imported by production code.
-TEST_MODE_INDEXERS = "django_delayq.testing.modes.indexer_for"
 
 
 def indexer() -> Indexer:
@@ -87,8 +85,9 @@ def indexer() -> Indexer:
     The one seam of the testing toolkit (``DELAYQ["TEST_MODE"]``): every
     change of a task row reaches Redis through here, so a test mode swaps
     this one object instead of branching on the schedule, cancel and
-    execution paths. The toolkit is imported only when a test mode is set:
-    it runs tasks through the worker, whose modules import this one.
+    execution paths. A test mode names its indexer class by dotted path
+    (:data:`~django_delayq.conf.schema.TEST_MODES`), loaded as Django loads
+    a backend: no module of the package imports the toolkit.
     """
     global _chosen
     settings = get_settings()
@@ -96,9 +95,35 @@ def indexer() -> Indexer:
     if chosen is None or chosen[0] is not settings:
         found: Indexer = _REDIS
         if settings.test_mode is not None:
-            found = import_string(TEST_MODE_INDEXERS)(settings.test_mode)
+            found = _load_indexer(settings.test_mode)
         chosen = _chosen = (settings, found)
     return chosen[1]
+
+
+def _load_indexer(test_mode: str) -> Indexer:
+    """The indexer ``DELAYQ["TEST_MODE"]`` names, or a configuration error
+    that says what to write instead (the settings check saw only its form)."""
+    path = indexer_path(test_mode)
+    try:
+        found = import_string(path)
+    except ImportError as exc:
+        raise InvalidConfiguration(
+            f'DELAYQ["TEST_MODE"] = {test_mode!r}: cannot import {path!r} ({exc}). '
+            'Use "manual", "immediate", or the dotted path of a class with '
+            "index() and unindex() methods."
+        ) from exc
+    indexer = found() if isinstance(found, type) else found
+    if not (
+        callable(getattr(indexer, "index", None))
+        and callable(getattr(indexer, "unindex", None))
+    ):
+        raise InvalidConfiguration(
+            f'DELAYQ["TEST_MODE"] = {test_mode!r}: {path} has no index() and '
+            'unindex() methods. Use "manual", "immediate", or the dotted path '
+            "of a class with index(tasks, action, using) and "
+            "unindex(tasks, action, using) methods."
+        )
+    return indexer  # type: ignore[no-any-return]
 
 
 def index_after_commit(tasks: Sequence[DelayedTask], action: str, using: str) -> None:

@@ -8,6 +8,7 @@ import or call arbitrary code.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import inspect
 import threading
@@ -16,25 +17,21 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, Unpack, over
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction
 
-from .conf.schema import MAX_TIME_LIMIT
 from .exceptions import (
-    InvalidArgument,
     InvalidTaskDefinition,
     TaskNotRegistered,
     TimeLimitExceeded,
 )
-from .options import ScheduleOptions
+from .options import MAX_NAME_LENGTH as MAX_NAME_LENGTH
+from .options import TASK_OPTIONS, ScheduleOptions, TaskOptions
 from .options import validate_max_attempts as validate_max_attempts
 from .options import validate_priority as validate_priority
-from .text import check_text
 
 if TYPE_CHECKING:
     from .models import DelayedTask
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-MAX_NAME_LENGTH = 200
 
 
 #: Call shapes whose binding a task keeps (see Task.argument_problem).
@@ -72,6 +69,11 @@ class Task(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<Task {self.name}>"
+
+    @property
+    def options(self) -> TaskOptions:
+        """The ``@task`` options of this task."""
+        return TaskOptions(**{option: getattr(self, option) for option in TASK_OPTIONS})
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
@@ -304,70 +306,27 @@ def task(
 def build(
     fn: Callable[P, R],
     *,
-    name: str | None,
-    queue: str | None,
-    max_attempts: int | None,
-    atomic: bool = True,
-    time_limit: float | None = None,
-    priority: int = 0,
     cls: type[Task[Any, Any]] = Task,
+    **options: Any,
 ) -> Task[P, R]:
-    """Validate ``@task``'s options and return the (unregistered) task."""
+    """Validate ``@task``'s ``options`` (see :class:`TaskOptions`) and return
+    the (unregistered) task."""
     if isinstance(fn, Task):
         raise InvalidTaskDefinition(f"{fn.name} is already a task; apply @task once.")
     if not inspect.isfunction(fn):
         raise InvalidTaskDefinition(
             f"@task needs a module-level function, got {type(fn).__name__}."
         )
-    if name is None:
+    given = TaskOptions(**options)
+    if given.name is None:
         if "<" in fn.__qualname__:  # <lambda>, <locals>
             raise InvalidTaskDefinition(
                 f"@task cannot register {fn.__qualname__!r}: a worker must be "
                 f"able to import it. Define the function at module level, or "
                 f"pass name=... explicitly."
             )
-        name = f"{fn.__module__}.{fn.__qualname__}"
-    if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_LENGTH:
-        raise InvalidTaskDefinition(
-            f"@task(name=...) must be a non-empty string of at most "
-            f"{MAX_NAME_LENGTH} characters; got {name!r}."
-        )
-    check_text(name, "@task(name=...)", InvalidTaskDefinition)
-    if queue is not None and (not isinstance(queue, str) or not queue):
-        raise InvalidTaskDefinition(
-            f"@task(queue=...) must be a queue name; got {queue!r}."
-        )
-    if max_attempts is not None:
-        try:
-            validate_max_attempts(max_attempts, where="@task(max_attempts=...)")
-        except InvalidArgument as exc:
-            raise InvalidTaskDefinition(str(exc)) from None
-    try:
-        validate_priority(priority, where="@task(priority=...)")
-    except InvalidArgument as exc:
-        raise InvalidTaskDefinition(str(exc)) from None
-    if not isinstance(atomic, bool):
-        raise InvalidTaskDefinition(
-            f"@task(atomic=...) must be True or False; got {atomic!r}."
-        )
-    if time_limit is not None and (
-        not isinstance(time_limit, int | float)
-        or isinstance(time_limit, bool)
-        or not 0 < time_limit <= MAX_TIME_LIMIT
-    ):
-        raise InvalidTaskDefinition(
-            f"@task(time_limit=...) must be a number of seconds, more than 0 and "
-            f"at most {MAX_TIME_LIMIT:g}, or None; got {time_limit!r}."
-        )
-    return cls(
-        fn,
-        name,
-        queue=queue,
-        max_attempts=max_attempts,
-        atomic=atomic,
-        time_limit=None if time_limit is None else float(time_limit),
-        priority=priority,
-    )
+        given = dataclasses.replace(given, name=f"{fn.__module__}.{fn.__qualname__}")
+    return cls(fn, **given.checked().arguments())
 
 
 def register(registered: Task[Any, Any]) -> None:

@@ -159,7 +159,7 @@ def _read_database(
                 status=Status.FAILED, finished_at__gte=now - FAILED_WINDOW
             ).count()
         # Both on the (status, run_at) index.
-        late = rows.filter(status=Status.SCHEDULED, run_at__lt=now - threshold)
+        late = rows.overdue(by=now, grace=threshold)
         overdue = _count(late, limit)
         oldest = late.order_by("run_at").values_list("run_at", flat=True).first()
         entries = OutboxEntry.objects.using(db).order_by()

@@ -1,4 +1,5 @@
-"""Every state change of a task row, in one place.
+"""Every state change of a task row and of a periodic schedule's row, in
+one place.
 
 A row's ``status`` only ever changes through the functions below, each one
 conditional UPDATE fenced on what the row must still be for the change to
@@ -37,8 +38,33 @@ tasks are not charged for a neighbour that killed its process. A takeover
 of a claim made alone counts an attempt as always, so a task that kills
 every worker running it still ends failed after its attempts.
 
-Functions that take a row update the instance to match what they wrote.
-An error is kept to :data:`~.text.MAX_ERROR_CHARS` and a traceback to
+A periodic schedule's row (:class:`~.models.PeriodicSchedule`) is
+*active* (its ticks are written ahead, up to ``planned_through``),
+*paused* (``paused``: none are written, those that fall in the pause are
+skipped) or *removed* (``removed_at``: the code no longer declares it). Its
+changes are fenced the same way, on what the planner read:
+
+===========================  ============================  ======================
+change                       fence                         by
+===========================  ============================  ======================
+:func:`create_schedules`     no row of that name yet       planner
+:func:`advance_schedule`     active, ``planned_through``   planner (one schedule)
+                             and definition as read
+:func:`advance_schedules`    active, ``planned_through``   planner (many)
+                             as read
+:func:`redefine_schedule`    definition,                   planner
+                             ``planned_through`` and
+                             ``removed_at`` as read
+:func:`retire_schedule`      not removed                   planner
+:func:`pause_schedule`       not paused                    pause()
+:func:`resume_schedule`      paused                        resume()
+===========================  ============================  ======================
+
+Functions that take a task row update the instance to match what they
+wrote. The schedule functions leave theirs alone: the planner updates its
+copies once the transaction has committed, so that a rollback (a tick's key
+taken, say) leaves them as stored. An error is kept to
+:data:`~.text.MAX_ERROR_CHARS` and a traceback to
 :data:`~.text.MAX_TRACEBACK_CHARS`, cut in the middle with a marker: a row
 and the admin page showing it stay small whatever a task raised. Nothing
 here touches Redis; callers index or unindex after commit.
@@ -47,6 +73,7 @@ here touches Redis; callers index or unindex after commit.
 from __future__ import annotations
 
 import datetime
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,7 +82,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from .db import statements
-from .models import DelayedTask, Status
+from .models import DelayedTask, PeriodicSchedule, Status
 from .text import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS, clipped
 
 #: Appended to the entry id in ``claim_entry`` by a claim made for a batch.
@@ -115,7 +142,7 @@ def claim(
     rows = DelayedTask.objects.using(using).filter(pk=row.pk, attempts=row.attempts)
     attempt = row.attempts + 1
     if row.status == Status.SCHEDULED:
-        rows = rows.filter(status=Status.SCHEDULED, run_at__lte=now)
+        rows = rows.due(by=now)
     else:
         rows = rows.filter(status=Status.RUNNING, claim_entry=row.claim_entry)
         if delivery_of(row.claim_entry) != entry_id:
@@ -331,6 +358,137 @@ def restart(rows: QuerySet[DelayedTask], run_at: datetime.datetime) -> int:
         attempts=0,
         finished_at=None,
         worker_ids=[],
+    )
+
+
+# -- periodic schedules --------------------------------------------------------
+
+
+def create_schedules(
+    rows: Sequence[PeriodicSchedule], using: str
+) -> list[PeriodicSchedule]:
+    """Insert the rows of schedules seen for the first time; return them as
+    stored.
+
+    A row another process inserted meanwhile is kept, not replaced: both
+    planned the same schedule through about the same moment.
+    """
+    if not rows:
+        return []
+    schedules = PeriodicSchedule.objects.using(using)
+    schedules.bulk_create(rows, ignore_conflicts=True)
+    return list(schedules.filter(name__in=[row.name for row in rows]))
+
+
+def advance_schedule(
+    row: PeriodicSchedule, horizon: datetime.datetime, using: str
+) -> bool:
+    """``planned_through`` from what ``row`` read to ``horizon``, for an
+    active schedule.
+
+    Fenced on ``planned_through`` and the definition as read: False if
+    another planner moved it first, or the schedule was paused, redefined
+    or removed meanwhile (nothing written).
+    """
+    return (
+        PeriodicSchedule.objects.using(using)
+        .filter(
+            name=row.name,
+            planned_through=row.planned_through,
+            definition=row.definition,
+            paused=False,
+            removed_at=None,
+        )
+        .update(planned_through=horizon)
+        == 1
+    )
+
+
+def advance_schedules(
+    rows: Sequence[PeriodicSchedule], horizon: datetime.datetime, using: str
+) -> set[str]:
+    """:func:`advance_schedule` for many active rows: the names this call
+    moved to ``horizon``.
+
+    Rows planned together in an earlier round share their
+    ``planned_through``: one UPDATE per such group, fenced on it. When an
+    UPDATE matches fewer rows than asked, another planner moved some of
+    them: the rows now at ``horizon`` are this caller's (another planner's
+    horizon is another instant).
+    """
+    groups: dict[datetime.datetime, list[str]] = defaultdict(list)
+    for row in rows:
+        groups[row.planned_through].append(row.name)
+    schedules = PeriodicSchedule.objects.using(using)
+    moved = 0
+    for start, names in groups.items():
+        moved += schedules.filter(
+            name__in=names, planned_through=start, paused=False, removed_at=None
+        ).update(planned_through=horizon)
+    names = [row.name for row in rows]
+    if moved == len(names):
+        return set(names)
+    return set(
+        schedules.filter(name__in=names, planned_through=horizon).values_list(
+            "name", flat=True
+        )
+    )
+
+
+def redefine_schedule(
+    row: PeriodicSchedule,
+    definition: str,
+    now: datetime.datetime,
+    using: str,
+) -> bool:
+    """Active or removed -> active under ``definition``, planned through
+    ``now``: the code declares the schedule differently, or again.
+
+    Fenced on the definition, ``planned_through`` and ``removed_at`` as
+    ``row`` read them: False if another process did it first.
+    """
+    return bool(
+        PeriodicSchedule.objects.using(using)
+        .filter(
+            name=row.name,
+            definition=row.definition,
+            planned_through=row.planned_through,
+            removed_at=row.removed_at,
+        )
+        .update(definition=definition, planned_through=now, removed_at=None)
+    )
+
+
+def retire_schedule(name: str, now: datetime.datetime, using: str) -> bool:
+    """Active or paused -> removed at ``now``: the code no longer declares it.
+
+    Fenced on not being removed: False if another process retired it first.
+    """
+    return bool(
+        PeriodicSchedule.objects.using(using)
+        .filter(name=name, removed_at=None)
+        .update(removed_at=now)
+    )
+
+
+def pause_schedule(name: str, now: datetime.datetime, using: str) -> bool:
+    """Not paused -> paused at ``now``; False if it was paused already (or
+    there is no such row)."""
+    return bool(
+        PeriodicSchedule.objects.using(using)
+        .filter(name=name, paused=False)
+        .update(paused=True, paused_at=now)
+    )
+
+
+def resume_schedule(name: str, now: datetime.datetime, using: str) -> bool:
+    """Paused -> not paused, planned through ``now``: the ticks that fell in
+    the pause are skipped. False if it was not paused (or there is no such
+    row)."""
+    return bool(
+        PeriodicSchedule.objects.using(using)
+        .filter(name=name, paused=True)
+        .update(paused=False, paused_at=None, planned_through=now)
     )
 
 

@@ -84,7 +84,7 @@ if TEST_DB == "sqlite":
                 "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=OFF",
             },
         },
-        # A read replica that never catches up (tests/routers.py): created
+        # A read replica that never catches up (tests/support/routers.py): created
         # only for the tests that ask for it.
         "replica": {
             "ENGINE": "django.db.backends.sqlite3",
@@ -126,7 +126,7 @@ else:
             "PORT": os.environ.get("DELAYQ_PG_PORT", "0"),
         },
     }
-    # A read replica that never catches up (tests/routers.py): another
+    # A read replica that never catches up (tests/support/routers.py): another
     # database of the same server, created only for the tests that ask.
     DATABASES["replica"] = {**DATABASES["default"], "NAME": "delayq_replica"}
 
@@ -140,7 +140,7 @@ DELAYQ = {
     "TEST_KEY_PREFIX": "delayq",
 }
 # Periodic schedules of the commands a test starts as subprocesses, as JSON
-# (tests/acceptance/test_periodic_processes.py).
+# (tests/acceptance/commands/test_periodic_processes.py).
 if "DELAYQ_TEST_PERIODIC" in os.environ:
     DELAYQ["PERIODIC"] = json.loads(os.environ["DELAYQ_TEST_PERIODIC"])
 

@@ -1,5 +1,5 @@
 """The suite's settings, with the database reached through a PgBouncer in
-transaction pooling mode (tests/integration/test_pgbouncer.py): the
+transaction pooling mode (tests/db/test_pgbouncer.py): the
 commands that test starts use them.
 
 ``DELAYQ_PGBOUNCER_HOST`` and ``DELAYQ_PGBOUNCER_PORT`` name the PgBouncer.

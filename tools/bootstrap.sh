@@ -114,7 +114,7 @@ have_mariadb() {
     [[ -x /usr/sbin/mariadbd ]] || command -v mariadbd >/dev/null
 }
 
-# tests/integration/test_pgbouncer.py runs the commands through it.
+# tests/db/test_pgbouncer.py runs the commands through it.
 have_pgbouncer() {
     [[ -x /usr/sbin/pgbouncer ]] || command -v pgbouncer >/dev/null
 }

@@ -9,7 +9,7 @@ but does not remove it), and so do the packages an import runs on the way:
 importing ``a.b.c`` runs ``a/b/__init__`` first, whose re-exports import
 more. :data:`LAYERS` declares the order the package is built in; a module may
 import its own layer and those below it, never one above.
-``tests/unit/test_layout.py`` holds the package to it, and the contributors'
+``tests/package/test_layout.py`` holds the package to it, and the contributors'
 page shows the picture this draws.
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import html
 import sys
 from collections.abc import Iterable
@@ -142,9 +143,13 @@ def packages_on_the_way(importer: str, target: str) -> list[str]:
     return found
 
 
+@functools.cache
 def import_edges() -> dict[str, dict[str, bool]]:
     """Each module of the package -> the modules of the package it imports,
-    each with whether only imports inside functions name it."""
+    each with whether only imports inside functions name it.
+
+    Read once per process (the layout tests ask many times); do not change
+    what it returns."""
     modules = {
         module_name(path): path
         for path in PACKAGE.rglob("*.py")
@@ -288,7 +293,7 @@ def picture(graph: dict[str, set[str]]) -> str:
     for index, (name, what, _) in enumerate(LAYERS):
         y = height - (index + 1) * (box_h + gap_y)
         parts.append(
-            f'<g><title>{html.escape(what)}</title>'
+            f"<g><title>{html.escape(what)}</title>"
             f'<text x="8" y="{y + 17}" class="layer">{index} {html.escape(name)}'
             "</text></g>"
         )
@@ -317,9 +322,7 @@ def picture(graph: dict[str, set[str]]) -> str:
         (x1, y1), (x2, y2) = where[source], where[target]
         # From the bottom of the importer to the top of what it imports:
         # every arrow points down the page, as every import points down.
-        lines.append(
-            f'<line x1="{x1:.0f}" y1="{y1 + box_h}" x2="{x2:.0f}" y2="{y2}"/>'
-        )
+        lines.append(f'<line x1="{x1:.0f}" y1="{y1 + box_h}" x2="{x2:.0f}" y2="{y2}"/>')
     style = (
         "rect{fill:#eef3fb;stroke:#4a6fa5}"
         "line{stroke:#4a6fa5;stroke-opacity:.25;marker-end:url(#head)}"

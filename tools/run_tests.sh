@@ -56,45 +56,46 @@ fault_dbs=""
 # SIGTERM and Redis frozen or rolled back to a snapshot exercise processes
 # and Redis, not the database: they run on PostgreSQL only.)
 CORE_FAULTS=(
-    tests/faults/test_database_faults.py
-    tests/faults/test_worker_faults.py::test_worker_killed_mid_task
-    tests/faults/test_worker_faults.py::test_worker_paused_past_its_visibility_timeout
-    tests/faults/test_worker_faults.py::test_a_poison_task_fails_after_its_attempts_and_harms_no_other
-    tests/faults/test_group_faults.py
-    tests/faults/test_redis_faults.py::test_redis_down_during_schedule_then_back_empty
-    tests/faults/test_redis_faults.py::test_redis_loses_everything_mid_drain
-    tests/faults/test_crash_after_commit.py
-    tests/faults/test_cancel_race.py
-    tests/faults/test_periodic_faults.py
+    tests/faults/stores/test_database_faults.py
+    tests/faults/processes/test_worker_faults.py::test_worker_killed_mid_task
+    tests/faults/processes/test_worker_faults.py::test_worker_paused_past_its_visibility_timeout
+    tests/faults/processes/test_worker_faults.py::test_a_poison_task_fails_after_its_attempts_and_harms_no_other
+    tests/faults/processes/test_group_faults.py
+    tests/faults/stores/test_redis_faults.py::test_redis_down_during_schedule_then_back_empty
+    tests/faults/stores/test_redis_faults.py::test_redis_loses_everything_mid_drain
+    tests/faults/processes/test_crash_after_commit.py
+    tests/faults/processes/test_cancel_race.py
+    tests/faults/processes/test_periodic_faults.py
 )
 # Worker processes under a supervisor, killed, stuck and recycled; the
 # processes of `make example`, stopped with Ctrl-C; delayq_status against
 # killed processes; the metrics endpoints of the commands' processes;
 # periodic schedules across stops and deploys; workers that are PID 1 of
-# their own PID namespace, stopped one by one.
+# their own PID namespace, stopped one by one; the commands under a
+# least-privilege Redis user (Redis's ACL: neither the database nor the
+# Django version changes what the commands send).
 PROCESS_TESTS=(
-    tests/acceptance/test_worker_processes.py
-    tests/acceptance/test_time_limit_processes.py
-    tests/acceptance/test_example_runner.py
-    tests/acceptance/test_status_processes.py
-    tests/acceptance/test_metrics_processes.py
-    tests/acceptance/test_metrics_without_prometheus.py
-    tests/acceptance/test_periodic_processes.py
-    tests/acceptance/test_rolling_restart_processes.py
+    tests/acceptance/commands/test_worker_processes.py
+    tests/acceptance/commands/test_time_limit_processes.py
+    tests/acceptance/commands/test_example_runner.py
+    tests/acceptance/commands/test_status_processes.py
+    tests/acceptance/commands/test_metrics_processes.py
+    tests/acceptance/commands/test_metrics_without_prometheus.py
+    tests/acceptance/commands/test_periodic_processes.py
+    tests/acceptance/commands/test_rolling_restart_processes.py
+    tests/acceptance/projects/test_redis_acl.py
 )
 # Fresh projects of their own, on their own SQLite file: docs/quickstart.md
 # followed (tests/docs), and a project's own `manage.py test` beside its
 # development processes; the testing toolkit in a user's project, pytest
 # and the example's own tests, and its async view under uvicorn; the example
 # shop (on a database of its own on the leg's last database server, or its
-# own SQLite file); the commands under a least-privilege Redis user (Redis's
-# ACL, whatever the database). They run once per leg, with its last database.
+# own SQLite file). They run once per leg, with its last database.
 USER_PROJECT_TESTS=(
     tests/docs/test_quickstart.py
-    tests/acceptance/test_user_project_tests.py
-    tests/acceptance/test_testing_toolkit_projects.py
-    tests/acceptance/test_example_shop.py
-    tests/acceptance/test_redis_acl.py
+    tests/acceptance/projects/test_user_project_tests.py
+    tests/acceptance/projects/test_testing_toolkit_projects.py
+    tests/acceptance/projects/test_example_shop.py
 )
 faults_leg=""
 browser_legs=()

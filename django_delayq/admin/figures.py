@@ -14,7 +14,7 @@ from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from ..conf import get_settings
-from ..models import DelayedTask, OutboxEntry, Status
+from ..models import DelayedTask, OutboxEntry, Status, read_db
 
 #: A scheduled task this long past its run_at counts as overdue: dispatch and
 #: claim normally take milliseconds, a busy worker pool a little longer.
@@ -58,13 +58,13 @@ class DatabaseFigures:
 
 def read(now: datetime.datetime | None = None) -> DatabaseFigures:
     now = timezone.now() if now is None else now
+    # Where the other reports read (status, metrics): a replica, if the
+    # router names one for reading.
+    db = read_db()
+    tasks = DelayedTask.objects.using(db)
     statuses = [status.value for status in Status]
     by_queue: dict[str, list[int]] = {}
-    rows = (
-        DelayedTask.objects.order_by()
-        .values_list("queue", "status")
-        .annotate(n=Count("pk"))
-    )
+    rows = tasks.order_by().values_list("queue", "status").annotate(n=Count("pk"))
     for queue, status, n in rows:
         counts = by_queue.setdefault(queue, [0] * len(statuses))
         if status in statuses:
@@ -82,9 +82,7 @@ def read(now: datetime.datetime | None = None) -> DatabaseFigures:
     ]
     totals = [sum(q.counts[i] for q in queues) for i in range(len(statuses))]
 
-    overdue_rows = DelayedTask.objects.filter(
-        status=Status.SCHEDULED, run_at__lt=now - OVERDUE_GRACE
-    )
+    overdue_rows = tasks.overdue(by=now, grace=OVERDUE_GRACE)
     overdue = overdue_rows.aggregate(n=Count("pk"), oldest=Min("run_at"))
     overdue_tasks = list(
         overdue_rows.order_by("run_at", "pk").only(
@@ -92,19 +90,21 @@ def read(now: datetime.datetime | None = None) -> DatabaseFigures:
         )[:OVERDUE_LISTED]
     )
 
-    outbox = OutboxEntry.objects.order_by().aggregate(
-        n=Count("pk"),
-        oldest=Min("created_at"),
-        backing_off=Count("pk", filter=Q(next_attempt_at__gt=now)),
+    outbox = (
+        OutboxEntry.objects.using(db)
+        .order_by()
+        .aggregate(
+            n=Count("pk"),
+            oldest=Min("created_at"),
+            backing_off=Count("pk", filter=Q(next_attempt_at__gt=now)),
+        )
     )
 
     start = now.replace(second=0, microsecond=0)
     end = start + datetime.timedelta(minutes=CHART_MINUTES)
     due_per_minute = [0] * CHART_MINUTES
     minutes = (
-        DelayedTask.objects.filter(
-            status=Status.SCHEDULED, run_at__gte=start, run_at__lt=end
-        )
+        tasks.filter(status=Status.SCHEDULED, run_at__gte=start, run_at__lt=end)
         .annotate(minute=TruncMinute("run_at", tzinfo=datetime.UTC))
         .order_by()
         .values_list("minute")

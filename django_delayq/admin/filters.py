@@ -16,7 +16,7 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from ..conf import get_settings
-from ..models import DelayedTask
+from ..models import DelayedTask, read_db
 
 #: The most task names the name filter lists.
 MAX_NAMES = 200
@@ -62,7 +62,8 @@ class TaskNameFilter(_ValueFilter):
 
     def names(self) -> list[str]:
         return list(
-            DelayedTask.objects.order_by("name")
+            DelayedTask.objects.using(read_db())
+            .order_by("name")
             .values_list("name", flat=True)
             .distinct()[:MAX_NAMES]
         )

@@ -19,8 +19,7 @@ from urllib.parse import urlencode
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.admin.views.main import ChangeList
-from django.db.models import CharField, OuterRef, QuerySet, Subquery, Value
-from django.db.models.functions import Concat
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
@@ -29,11 +28,16 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from ..models import DelayedTask, PeriodicSchedule, Status, write_db
+from ..models import DelayedTask, PeriodicSchedule, Status, read_db, write_db
 from ..recurring import Schedule
-from ..recurring.overview import ScheduleState, late_ticks, state_of, tick_prefix
+from ..recurring.overview import ScheduleState, late_ticks, state_of
 from ..recurring.planner import pause, resume
-from ..recurring.ticks import KEY_PREFIX, parse_tick, tick_text
+from ..recurring.ticks import (
+    parse_tick_key,
+    tick_key_sql,
+    tick_prefix,
+    tick_prefix_sql,
+)
 from . import display
 from .readonly import ReadOnlyAdmin
 
@@ -63,7 +67,7 @@ class _ScheduleChangeList(ChangeList):
         # not one per row and column.
         now = timezone.now()
         schedules = _declared()
-        late = late_ticks(now, None)
+        late = late_ticks(now, read_db())
         for row in self.result_list:
             row._delayq_shown = _Shown(
                 schedules.get(row.name), state_of(row, late), now
@@ -85,7 +89,7 @@ def _shown(row: PeriodicSchedule) -> _Shown:
     if shown is None:  # a schedule's own page
         now = timezone.now()
         shown = _Shown(
-            _declared().get(row.name), state_of(row, late_ticks(now, None)), now
+            _declared().get(row.name), state_of(row, late_ticks(now, read_db())), now
         )
         row._delayq_shown = shown  # type: ignore[attr-defined]
     return shown
@@ -219,16 +223,13 @@ class PeriodicScheduleAdmin(ReadOnlyAdmin):
         # The latest tick at or before now, in the same query: a tick's key
         # ends with its UTC time, written so that keys sort as times do, and
         # the range on the key is read from its index.
-        prefix = Concat(
-            Value(KEY_PREFIX), OuterRef("name"), Value("@"), output_field=CharField()
-        )
+        prefix = tick_prefix_sql(OuterRef("name"))
         latest = (
-            DelayedTask.objects.filter(
+            DelayedTask.objects.using(read_db())
+            .filter(
                 key__startswith=prefix,
                 key__gt=prefix,
-                key__lte=Concat(
-                    prefix, Value(tick_text(timezone.now())), output_field=CharField()
-                ),
+                key__lte=tick_key_sql(OuterRef("name"), timezone.now()),
             )
             .order_by("-key", "-id")
             .values
@@ -283,6 +284,9 @@ class PeriodicScheduleAdmin(ReadOnlyAdmin):
             return self.get_empty_value_display()
         key: str = row.last_tick_key  # type: ignore[attr-defined]
         status = Status(row.last_tick_status)  # type: ignore[attr-defined]
+        # A key under the schedule's prefix written by hand names no tick:
+        # shown as it is.
+        tick = parse_tick_key(key)
         url = reverse(
             "admin:django_delayq_delayedtask_change",
             args=[task_id],
@@ -292,7 +296,7 @@ class PeriodicScheduleAdmin(ReadOnlyAdmin):
             '<a href="{}">{}</a><br><span class="delayq-status delayq-status-{}">'
             "{}</span>",
             url,
-            display.timestamp(parse_tick(key.rsplit("@", 1)[1])),
+            key if tick is None else display.timestamp(tick[1]),
             status.value,
             status.label.capitalize(),
         )

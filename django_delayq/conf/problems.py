@@ -16,6 +16,7 @@ from . import check_ids
 from .redis_settings import connection_problems
 from .schema import (
     DEFAULTS,
+    DOTTED_PATH,
     KEY_PREFIX_PATTERN,
     MAX_SHARDS,
     MAX_TIME_LIMIT,
@@ -51,12 +52,14 @@ def find_problems(raw: Any) -> list[Problem]:
     problems += _queue_problems(raw.get("QUEUES", DEFAULTS["QUEUES"]))
     problems += _number_problems(raw)
     mode = raw.get("TEST_MODE", DEFAULTS["TEST_MODE"])
-    if mode is not None and mode not in TEST_MODES:
+    if mode is not None and not (
+        isinstance(mode, str) and (mode in TEST_MODES or DOTTED_PATH.match(mode))
+    ):
         problems.append(
             Problem(
                 check_ids.TEST_MODE,
-                f'DELAYQ["TEST_MODE"] must be None, "manual" or "immediate"; '
-                f"got {short_repr(mode)}.",
+                f'DELAYQ["TEST_MODE"] must be None, "manual", "immediate" or the '
+                f"dotted path of an indexer class; got {short_repr(mode)}.",
                 'Set "TEST_MODE": "manual" in your test settings (tasks run '
                 'when a test calls run_due()), "immediate" (each task runs '
                 "when its transaction commits), or remove it in production.",

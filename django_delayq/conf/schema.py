@@ -38,8 +38,22 @@ DEFAULTS: dict[str, Any] = {
     "TEST_MODE": None,
 }
 
-#: The values of ``TEST_MODE`` (None: production behaviour, Redis indexes)
-TEST_MODES = ("manual", "immediate")
+#: The named values of ``TEST_MODE`` and the indexer class each stands for
+#: (None: production behaviour, Redis indexes). Any other value is the
+#: dotted path of an indexer class, as ``EMAIL_BACKEND`` names a backend:
+#: the package reaches the testing toolkit only through these strings.
+TEST_MODES = {
+    "manual": "django_delayq.testing.modes.ManualIndexer",
+    "immediate": "django_delayq.testing.modes.ImmediateIndexer",
+}
+#: A dotted path: ``package.module.Class``.
+DOTTED_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+
+
+def indexer_path(test_mode: str) -> str:
+    """The dotted path of the indexer class a ``TEST_MODE`` names."""
+    return TEST_MODES.get(test_mode, test_mode)
+
 
 #: The longest time limit a task may have (a week).
 MAX_TIME_LIMIT = 7 * 86400.0

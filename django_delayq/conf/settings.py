@@ -84,8 +84,9 @@ class Settings:
     #: ``key_prefix`` is a test run's generated namespace, whose keys are
     #: removed when its process exits
     temporary_prefix: bool = False
-    #: ``TEST_MODE``: None in production; "manual" or "immediate" when the
-    #: testing toolkit stands in for Redis (see :mod:`django_delayq.testing`)
+    #: ``TEST_MODE``: None in production; "manual", "immediate" (or the
+    #: dotted path of an indexer class) when the testing toolkit stands in
+    #: for Redis (:data:`~django_delayq.conf.schema.TEST_MODES` names them)
     test_mode: str | None = None
 
     def queue(self, name: str) -> QueueSettings:

@@ -168,6 +168,11 @@ def _claim_sql_mysql(connection: Any, n: int) -> str:
     )
 
 
+# Every claim statement here picks its rows with ``status = 'scheduled' AND
+# run_at <= now``: models.due_by(now), the condition of
+# DelayedTask.objects.due(by=now) and of the one-row claim
+# (transitions.claim), written by hand. A change to one is a change to all.
+
 #: The columns a claim reads or writes, in the order the claim SQL unpacks.
 _CLAIM_COLUMNS = (
     "status",

@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..store import leases as store
 from ..store.backoff import Backoff
@@ -29,8 +29,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class DispatchStats:
-    """What a dispatcher counts: ids moved and batches by its loop, leases
-    taken and lost by its :class:`Leases`."""
+    """What a dispatcher counts: ids moved and batches, leases taken and
+    lost (from the :class:`Decision` of each lease check)."""
 
     moved: int = 0
     batches: int = 0
@@ -61,6 +61,129 @@ class Shard:
         return f"{self.keys.queue}:{self.keys.shard}"
 
 
+@dataclass(frozen=True)
+class Decision:
+    """What one lease check decided: the shards (by label) a dispatcher
+    keeps, takes, hands back and lost, out of its fair share of ``fair``
+    shards with ``alive`` dispatchers counted.
+
+    :class:`Leases` returns it; the dispatcher's loop counts it in its
+    :class:`DispatchStats`.
+    """
+
+    fair: int
+    alive: int
+    kept: tuple[str, ...] = ()
+    taken: tuple[str, ...] = ()
+    released: tuple[str, ...] = ()
+    lost: tuple[str, ...] = ()
+    #: taken beyond the fair share: found without an owner twice in a row
+    orphans: tuple[str, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        """Whether the set of owned shards changed."""
+        return bool(self.taken or self.released or self.lost)
+
+    @property
+    def reason(self) -> str:
+        share = f"a fair share of {self.fair} ({self.alive} dispatcher(s) alive)"
+        if self.orphans:
+            return f"took shards no one held twice in a row, beyond {share}"
+        if self.released:
+            return f"handed back shards beyond {share}"
+        if self.taken:
+            return f"took free shards up to {share}"
+        if self.lost:
+            return "another dispatcher took over shards it held"
+        return f"kept what it holds, with {share}"
+
+
+class LeaseAnswers(Protocol):
+    """What the fair-share policy asks about other shards' leases, each
+    answer ``None`` when its Redis failed (the shard is then left as it is).
+    """
+
+    def take(self, label: str) -> bool | None:
+        """Take the shard's lease if no one holds it; True if taken."""
+
+    def is_free(self, label: str) -> bool | None:
+        """Whether no one holds the shard's lease."""
+
+    def release(self, label: str) -> bool | None:
+        """Hand the lease back; True if done."""
+
+
+def fair_share(shards: int, alive: int) -> int:
+    """The most shards one of ``alive`` dispatchers takes of ``shards``."""
+    return math.ceil(shards / max(alive, 1))
+
+
+def share_out(
+    labels: Sequence[str],
+    *,
+    alive: int,
+    held: Collection[str],
+    answers: LeaseAnswers,
+    unowned_checks: dict[str, int],
+    lost: Sequence[str] = (),
+) -> Decision:
+    """Decide which of ``labels`` (a dispatcher's shards, in order) it takes
+    and hands back, holding ``held`` with ``alive`` dispatchers counted.
+
+    Free shards are taken, in order, up to the fair share. Beyond it, a
+    shard found without an owner on two checks in a row
+    (``unowned_checks``, updated here) is taken whatever the fair share
+    says: the live count can lag behind a dispatcher's death, and an
+    unowned shard is never drained. Extras are handed back, last first,
+    unless such a shard was just taken: the live count may still include
+    the dead dispatcher, so balancing waits until things settle.
+
+    The other shards' leases are asked through ``answers``, one call each
+    and only as the policy needs them (up to the fair share, the take is
+    the look; beyond it, one read a shard), so a dispatcher spends no
+    command it did not need, and the policy is tested without Redis.
+    """
+    fair = fair_share(len(labels), alive)
+    owned = [label for label in labels if label in held]
+    taken: list[str] = []
+    orphans: list[str] = []
+    for label in labels:
+        if label in held:
+            continue
+        beyond = len(owned) >= fair
+        if beyond:
+            free = answers.is_free(label)
+            if free is None:
+                continue
+            unowned_checks[label] = unowned_checks.get(label, 0) + 1 if free else 0
+            if unowned_checks[label] < 2:
+                continue
+        if answers.take(label) is True:
+            unowned_checks[label] = 0
+            owned.append(label)
+            taken.append(label)
+            if beyond:
+                orphans.append(label)
+    released: list[str] = []
+    if not taken:
+        for label in reversed(labels):
+            if len(owned) <= fair:
+                break
+            if label in owned and answers.release(label):
+                owned.remove(label)
+                released.append(label)
+    return Decision(
+        fair=fair,
+        alive=alive,
+        kept=tuple(label for label in owned if label not in taken),
+        taken=tuple(taken),
+        released=tuple(released),
+        lost=tuple(lost),
+        orphans=tuple(orphans),
+    )
+
+
 class Leases:
     """The shard leases of one dispatcher.
 
@@ -76,24 +199,20 @@ class Leases:
         token: str,
         members_key: str,
         ttl: float,
-        stats: DispatchStats,
     ) -> None:
         self.shards = shards
         self.token = token
         self.members_key = members_key
         self.ttl = ttl
-        self.stats = stats
         self._checks = 0
         self._alive = 1
 
-    def keep(self, client: Client, *, recount: bool = False) -> bool:
+    def keep(self, client: Client, *, recount: bool = False) -> Decision:
         """Renew owned leases, take free shards up to a fair share, hand back
-        extras; True if the set of owned shards changed.
+        extras (see :func:`share_out`); return what was decided.
 
         Runs every half lease TTL, which leaves half a TTL of margin for a
-        slow renewal. A shard found without an owner on two checks in a row
-        is taken whatever the fair share says: the live count can lag behind
-        a dispatcher's death, and an unowned shard is never drained.
+        slow renewal.
 
         With ``recount`` (another dispatcher just handed its shards back)
         the live dispatchers are counted first, so that the shards it left
@@ -122,59 +241,38 @@ class Leases:
             )
             if alive is not FAILED:
                 self._alive = int(alive)
-        fair = math.ceil(len(self.shards) / max(self._alive, 1))
-        changed = self._renew(client, ttl_ms, calls)
-        owned = sum(s.owned for s in self.shards)
-        taken_now = set()
-        for shard in self.shards:
-            if shard.owned:
-                continue
-            if owned >= fair:
-                lease = calls.call(store.is_held, client, shard.keys.lease)
-                if lease is FAILED:
-                    continue
-                shard.unowned_checks = shard.unowned_checks + 1 if not lease else 0
-                if shard.unowned_checks < 2:
-                    continue
-            if (
-                calls.call(store.take, client, shard.keys.lease, self.token, ttl_ms)
-                is True
-            ):
-                shard.unowned_checks = 0
-                shard.owned = True
-                taken_now.add(shard.label)
-                shard.due_at = time.monotonic()  # drain it now
-                owned += 1
-                changed = True
-                self.stats.leases_taken += 1
-                logger.info("dispatcher %s took shard %s", self.token, shard.label)
-        for shard in reversed(self.shards):
-            if owned <= fair:
-                break
-            if taken_now:
-                # Shards were orphaned: the live count may still include a
-                # dead dispatcher. Balance again once things settle.
-                break
-            if shard.owned and owned > fair:
-                released = calls.call(
-                    store.release, client, shard.keys.lease, self.token
-                )
-                if released is FAILED:
-                    continue
-                shard.owned = False
-                shard.due_at = None
-                owned -= 1
-                changed = True
-                logger.info("dispatcher %s handed back %s", self.token, shard.label)
+        lost = self._renew(client, ttl_ms, calls)
+        by_label = {shard.label: shard for shard in self.shards}
+        unowned_checks = {s.label: s.unowned_checks for s in self.shards}
+        decision = share_out(
+            list(by_label),
+            alive=self._alive,
+            held=[s.label for s in self.shards if s.owned],
+            answers=_RedisAnswers(self, client, calls, ttl_ms),
+            unowned_checks=unowned_checks,
+            lost=lost,
+        )
+        for label, count in unowned_checks.items():
+            by_label[label].unowned_checks = count
+        for label in decision.taken:
+            shard = by_label[label]
+            shard.owned = True
+            shard.due_at = time.monotonic()  # drain it now
+            logger.info("dispatcher %s took shard %s", self.token, label)
+        for label in decision.released:
+            shard = by_label[label]
+            shard.owned = False
+            shard.due_at = None
+            logger.info("dispatcher %s handed back %s", self.token, label)
         calls.raise_if_none_answered()
-        return changed
+        return decision
 
-    def _renew(self, client: Client, ttl_ms: int, calls: Answers) -> bool:
+    def _renew(self, client: Client, ttl_ms: int, calls: Answers) -> list[str]:
         """Renew every owned lease in one round trip (one per lease if that
-        failed); True if one was lost."""
+        failed); the shards whose lease another dispatcher holds now."""
         owned = [s for s in self.shards if s.owned]
         if not owned:
-            return False
+            return []
         keys = [s.keys.lease for s in owned]
         renewed: list[Any] = calls.call(
             store.renew_all, client, keys, self.token, ttl_ms
@@ -185,18 +283,17 @@ class Leases:
             renewed = [
                 calls.call(store.take, client, key, self.token, ttl_ms) for key in keys
             ]
-        lost = False
+        lost = []
         for shard, outcome in zip(owned, renewed, strict=True):
             if outcome is False:
                 self.lose(shard)
-                lost = True
+                lost.append(shard.label)
         return lost
 
     def lose(self, shard: Shard) -> None:
-        """Another dispatcher holds ``shard`` now."""
+        """Another dispatcher holds ``shard`` now (the caller counts it)."""
         shard.owned = False
         shard.due_at = None
-        self.stats.leases_lost += 1
         logger.warning("dispatcher %s lost the lease of %s", self.token, shard.label)
 
     def release_all(self, client: Client, *, hand_over: bool = True) -> None:
@@ -218,3 +315,33 @@ class Leases:
             store.hand_over(client, self.members_key, self.token, handover)
         else:
             store.leave(client, self.members_key, self.token)
+
+
+class _RedisAnswers:
+    """:class:`LeaseAnswers` from the shards' lease keys, through ``calls``
+    (which records whether any Redis answered)."""
+
+    def __init__(
+        self, leases: Leases, client: Client, calls: Answers, ttl_ms: int
+    ) -> None:
+        self._keys = {shard.label: shard.keys.lease for shard in leases.shards}
+        self._token = leases.token
+        self._client = client
+        self._calls = calls
+        self._ttl_ms = ttl_ms
+
+    def take(self, label: str) -> bool | None:
+        taken = self._calls.call(
+            store.take, self._client, self._keys[label], self._token, self._ttl_ms
+        )
+        return None if taken is FAILED else taken is True
+
+    def is_free(self, label: str) -> bool | None:
+        held = self._calls.call(store.is_held, self._client, self._keys[label])
+        return None if held is FAILED else not held
+
+    def release(self, label: str) -> bool | None:
+        released = self._calls.call(
+            store.release, self._client, self._keys[label], self._token
+        )
+        return None if released is FAILED else True

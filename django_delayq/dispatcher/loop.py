@@ -41,14 +41,12 @@ from ..ownership import (
     OWNER_RETRY_INTERVAL,
     check_prefix_if_reachable,
 )
-from ..reconcile import rebuild
-from ..recurring.keeper import Keeper
 from ..store import epochs, index, wake_lists
 from ..store.backoff import Backoff
 from ..store.connection import Client, get_client
 from ..store.errors import Answers
 from ..store.keys import ShardKeys, dispatchers_key, handover_key, shard_keys
-from .leases import DispatchStats, Leases, Shard
+from .leases import Decision, DispatchStats, Leases, Shard
 from .wakeups import WakeListener
 
 logger = logging.getLogger(__name__)
@@ -102,7 +100,6 @@ class Dispatcher:
             token=self.token,
             members_key=dispatchers_key(self.prefix, [q.name for q in self.queues]),
             ttl=lease_ttl,
-            stats=self.stats,
         )
         #: shards whose move said Redis lost data -> whether it restarted
         #: (the rebuild is forced, see store.epochs)
@@ -132,6 +129,10 @@ class Dispatcher:
         if not once:
             self._listener.start()
             # Each dispatcher also keeps the periodic schedules planned.
+            # Imported here: a --once pass (and whoever only imports this
+            # module) has no use for the planner and the declared schedules.
+            from ..recurring.keeper import Keeper
+
             keeper = Keeper("dispatcher")
             keeper.start()
         next_leases = next_owner_check = 0.0
@@ -151,8 +152,7 @@ class Dispatcher:
                         )
                     handed_over = self._listener.handed_over()
                     if now >= next_leases or handed_over:
-                        if self.leases.keep(client, recount=handed_over):
-                            self._listener.nudge(client)
+                        self._keep_leases(client, recount=handed_over)
                         next_leases = now + self.lease_ttl / 2
                     if now >= backstop or once:
                         # Look at every owned shard now and then, in case a
@@ -253,6 +253,7 @@ class Dispatcher:
                 # brought us here, it was meant for the new owner.
                 wake_lists.wake(client, shard.keys.wake)
                 self.leases.lose(shard)
+                self.stats.leases_lost += 1
                 self._listener.nudge(client)
                 break
             if moved:
@@ -304,6 +305,10 @@ class Dispatcher:
             if force
             else "its index marker is gone (a new Redis, or one that lost its data)"
         )
+        # Imported here: only a Redis that lost its data needs the rebuild,
+        # so a dispatcher does not load it (and its queries) to start.
+        from ..reconcile import rebuild
+
         recycle_connections()
         try:
             rebuilt, repairs = rebuild(client, list(concerned), self.token, force=force)
@@ -338,9 +343,19 @@ class Dispatcher:
             )
         # The leases went with the data: take them back now, not at the
         # next lease check, and move every owned shard.
-        if self.leases.keep(client):
-            self._listener.nudge(client)
+        self._keep_leases(client)
         self._move_all_now()
+
+    def _keep_leases(self, client: Client, *, recount: bool = False) -> Decision:
+        """Check the leases, count what changed, and have the wake-up
+        listener follow the shards now owned."""
+        decision = self.leases.keep(client, recount=recount)
+        self.stats.leases_taken += len(decision.taken)
+        self.stats.leases_lost += len(decision.lost)
+        if decision.changed:
+            logger.debug("dispatcher %s: %s", self.token, decision.reason)
+            self._listener.nudge(client)
+        return decision
 
     def _move_all_now(self) -> None:
         """Have every owned shard move at once, whenever its head is due."""

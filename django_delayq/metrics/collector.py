@@ -18,7 +18,7 @@ import datetime
 from collections.abc import Iterable, Iterator
 
 from django.db import DatabaseError, connections
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Min
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 
 from ..conf import get_settings
 from ..exceptions import RedisUnavailable
-from ..models import DelayedTask, OutboxEntry, Status, read_db
+from ..models import DelayedTask, OutboxEntry, overdue_by, read_db
 from ..recurring.overview import STATES, declared_names, schedule_states
 from ..store import stats
 from ..store.connection import get_client
@@ -145,14 +145,14 @@ class BacklogCollector(Collector):
         try:
             due = _by_queue(
                 DelayedTask.objects.using(db)
-                .filter(status=Status.SCHEDULED, run_at__lte=now)
+                .due(by=now)
                 .order_by()
                 .values_list("queue")
                 .annotate(
                     overdue=Count(
                         "pk",
-                        filter=Q(
-                            run_at__lt=now - datetime.timedelta(seconds=OVERDUE_AFTER)
+                        filter=overdue_by(
+                            now, datetime.timedelta(seconds=OVERDUE_AFTER)
                         ),
                     ),
                     oldest=Min("run_at"),

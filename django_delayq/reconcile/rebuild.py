@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from ..conf import get_settings
 from ..exceptions import RedisUnavailable
-from ..models import DelayedTask, Status, write_db
+from ..models import DelayedTask, write_db
 from ..store import epochs
 from ..store.connection import Client
 from ..store.errors import error_text
@@ -119,7 +119,8 @@ def _scheduled(
     # In batches, with no server-side cursor (see .reads: PgBouncer).
     for row in read_in_run_at_order(
         DelayedTask.objects.using(db)
-        .filter(where, status=Status.SCHEDULED, run_at__lte=until)
+        .due(by=until)
+        .filter(where)
         .only("id", "queue", "shard", "run_at", "status", "attempts", "priority"),
         BATCH,
     ):

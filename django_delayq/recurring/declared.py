@@ -1,11 +1,12 @@
 """``@periodic`` and ``DELAYQ["PERIODIC"]``: the schedules a project declares.
 
-Both give :class:`~.schedules.Schedule` objects; :func:`declared` is the one
+Both give :class:`~.ticks.Schedule` objects; :func:`declared` is the one
 list the planner, the system checks, the admin and ``delayq_status`` read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import difflib
 import json
@@ -27,7 +28,8 @@ from .ticks import (
     check_definition,
     check_name,
     parse_tick,
-    schedule_of_key,
+    parse_tick_key,
+    tick_text,
 )
 
 P = ParamSpec("P")
@@ -35,6 +37,10 @@ R = TypeVar("R")
 
 _declared: dict[str, Schedule] = {}
 _lock = threading.Lock()
+
+#: The task options (see :class:`~django_delayq.options.TaskOptions`) a
+#: ``DELAYQ["PERIODIC"]`` entry may set.
+SETTING_TASK_OPTIONS = ("queue", "priority", "max_attempts")
 
 #: The keys of one ``DELAYQ["PERIODIC"]`` entry.
 SETTING_KEYS = frozenset(
@@ -46,9 +52,7 @@ SETTING_KEYS = frozenset(
         "catch_up",
         "args",
         "kwargs",
-        "queue",
-        "priority",
-        "max_attempts",
+        *SETTING_TASK_OPTIONS,
     }
 )
 
@@ -113,7 +117,8 @@ class SettingTask(PeriodicTask[P, R]):
         self, args: Sequence[Any], kwargs: dict[str, Any], key: str | None
     ) -> str | None:
         schedules = ", ".join(repr(name) for name in sorted(self.ticks_of))
-        schedule = schedule_of_key(key)
+        found = parse_tick_key(key)
+        schedule = None if found is None else found[0]
         if schedule not in self.ticks_of:
             return (
                 f"{self.name} runs only as the ticks of its periodic schedule "
@@ -124,8 +129,8 @@ class SettingTask(PeriodicTask[P, R]):
         if self._takes_tick:
             # The tick the key names, as the planner writes it: no other
             # time (or object) reaches the function through a forged row.
-            assert key is not None
-            when = key.rpartition("@")[2]
+            assert found is not None
+            when = tick_text(found[1])
             if kwargs.get("tick") != when:
                 return (
                     f"{self.name} runs its tick {when} with kwargs tick={when!r}, "
@@ -324,9 +329,7 @@ def from_setting(entry_name: Any, entry: Any) -> Schedule:
     args, kwargs = _stored_arguments(
         entry.get("args", ()), entry.get("kwargs", {}), where
     )
-    options = {
-        key: entry[key] for key in ("queue", "priority", "max_attempts") if key in entry
-    }
+    options = {key: entry[key] for key in SETTING_TASK_OPTIONS if key in entry}
     task = _task_for_setting(entry_name, task_name, options, where)
     if isinstance(task, SettingTask):
         task.allow(entry_name, args, kwargs)
@@ -391,14 +394,7 @@ def _task_for_setting(
             f"an importable function; use a dotted path such as "
             f'"shop.tasks.send_digest".'
         ) from None
-    built = registry.build(
-        fn,
-        name=entry_name,
-        queue=options.get("queue"),
-        max_attempts=options.get("max_attempts"),
-        priority=options.get("priority", 0),
-        cls=SettingTask,
-    )
+    built = registry.build(fn, name=entry_name, cls=SettingTask, **options)
     assert isinstance(built, SettingTask)
     return built
 
@@ -434,13 +430,9 @@ def task_from_setting(name: str) -> registry.Task[Any, Any] | None:
     ]
     if not earlier:
         return None
-    task: SettingTask[Any, Any] = SettingTask(
-        earlier[0].func,
-        name,
-        queue=earlier[0].queue,
-        max_attempts=earlier[0].max_attempts,
-        priority=earlier[0].priority,
-    )
+    # The options of the schedules' task, under the name the rows hold.
+    options = dataclasses.replace(earlier[0].options, name=name)
+    task: SettingTask[Any, Any] = SettingTask(earlier[0].func, **options.arguments())
     for found in earlier:
         task.ticks_of.update(found.ticks_of)
     return task

@@ -24,12 +24,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from django.db.models import Count, F, Min, Q, Value
-from django.db.models.functions import StrIndex, Substr
+from django.db.models import Count, Min, Q
 
 from ..exceptions import InvalidTaskDefinition
-from ..models import DelayedTask, PeriodicSchedule, Status
-from .ticks import KEY_PREFIX
+from ..models import DelayedTask, PeriodicSchedule, read_db
+from .ticks import KEY_PREFIX, TICK_SEPARATOR, schedule_of_key_sql
 
 #: How late a schedule may be (its planning, or a tick's start) before it
 #: is behind: a few of the keeper's one-second rounds.
@@ -75,8 +74,9 @@ def schedule_states(
     behind, read with bounded queries (at most ``limit`` rows each), the
     latest first; ``declared_names`` is not read.
     """
-    late = late_ticks(now, using, limit)
-    rows = PeriodicSchedule.objects.using(using).order_by("name")
+    db = read_db() if using is None else using
+    late = late_ticks(now, db, limit)
+    rows = PeriodicSchedule.objects.using(db).order_by("name")
     if limit is not None:
         rows = rows.filter(paused=False, removed_at=None).filter(
             Q(planned_through__lt=now - BEHIND_AFTER) | Q(name__in=list(late))
@@ -110,11 +110,6 @@ def state_of(
     )
 
 
-def tick_prefix(name: str) -> str:
-    """What the keys of a schedule's ticks start with."""
-    return f"{KEY_PREFIX}{name}@"
-
-
 def declared_names() -> list[str]:
     """The names of the schedules this process's code declares (none when
     ``DELAYQ["PERIODIC"]`` is not even a dict: the system checks say so)."""
@@ -127,34 +122,30 @@ def declared_names() -> list[str]:
 
 
 def late_ticks(
-    now: datetime.datetime, using: str | None, limit: int | None = None
+    now: datetime.datetime, using: str | None = None, limit: int | None = None
 ) -> dict[str, tuple[int, datetime.datetime | None]]:
     """Schedule name -> (late ticks, the earliest one's run_at); with
-    ``limit``, of the ``limit`` latest ticks only."""
-    ticks = DelayedTask.objects.using(using).filter(
-        status=Status.SCHEDULED,
-        run_at__lt=now - BEHIND_AFTER,
-        key__startswith=KEY_PREFIX,
-        key__contains="@",
+    ``limit``, of the ``limit`` latest ticks only. Read from ``using``, by
+    default where the reports read (:func:`~django_delayq.models.read_db`)."""
+    db = read_db() if using is None else using
+    # The schedule's name read in SQL by both paths, so that they count the
+    # same rows.
+    ticks = (
+        DelayedTask.objects.using(db)
+        .overdue(by=now, grace=BEHIND_AFTER)
+        .filter(key__startswith=KEY_PREFIX, key__contains=TICK_SEPARATOR)
+        .annotate(schedule=schedule_of_key_sql("key"))
     )
     if limit is not None:
         # Bounded, on the (status, run_at) index; counted here.
         found: dict[str, tuple[int, datetime.datetime | None]] = {}
-        for key, run_at in ticks.order_by("run_at").values_list("key", "run_at")[
-            :limit
-        ]:
-            name = (key or "")[len(KEY_PREFIX) :].split("@", 1)[0]
+        oldest_first = ticks.order_by("run_at").values_list("schedule", "run_at")
+        for name, run_at in oldest_first[:limit]:
             count, oldest = found.get(name, (0, run_at))
             found[name] = (count + 1, oldest)
         return found
-    start = len(KEY_PREFIX) + 1  # SQL strings count from 1
     rows = (
         ticks.order_by()
-        # The schedule's name: between the prefix and the '@' (a name
-        # cannot hold one).
-        .annotate(
-            schedule=Substr("key", start, StrIndex(F("key"), Value("@")) - Value(start))
-        )
         .values_list("schedule")
         .annotate(n=Count("pk"), oldest=Min("run_at"))
     )

@@ -12,7 +12,9 @@ when its ticks are written. A planner advances it with a compare-and-set
 UPDATE in the transaction that inserts the ticks in between; of two
 planners that computed the same ticks, one updates the row and commits, the
 other's UPDATE matches nothing and it writes nothing. Tick times depend only
-on the schedule's definition, so the two agree on what to write.
+on the schedule's definition, so the two agree on what to write. That
+UPDATE, and every other change of a schedule's row, is in
+:mod:`django_delayq.transitions`, beside those of the task rows.
 
 Missed ticks: when ``planned_through`` is already in the past, nothing kept
 the schedule for a while (every process was down). Its ticks since then,
@@ -25,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
-from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -34,17 +35,17 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from .. import registry
+from .. import registry, transitions
 from ..exceptions import DuplicateTask, TaskNotRegistered
 from ..models import (
     ACTIVE_STATUSES,
     DelayedTask,
+    DelayedTaskQuerySet,
     PeriodicSchedule,
-    Status,
     write_db,
 )
 from .declared import declared
-from .ticks import KEY_PREFIX, MAX_CATCH_UP, Schedule
+from .ticks import MAX_CATCH_UP, Schedule, tick_prefix, tick_text
 
 logger = logging.getLogger(__name__)
 
@@ -143,8 +144,9 @@ def _refill(
 ) -> None:
     """Write the next ticks of schedules kept until now, in one transaction."""
     horizon = now + LOOKAHEAD
-    with transaction.atomic(using=write_db()):
-        won = _advance_many([row for _, row in chunk], horizon)
+    db = write_db()
+    with transaction.atomic(using=db):
+        won = transitions.advance_schedules([row for _, row in chunk], _db(horizon), db)
         plans = [
             (
                 schedule,
@@ -162,37 +164,6 @@ def _refill(
             row.planned_through = _db(horizon)
 
 
-def _advance_many(rows: list[PeriodicSchedule], horizon: datetime.datetime) -> set[str]:
-    """:func:`_advance` for many rows: the names this planner moved on.
-
-    Rows planned together in an earlier round share their
-    ``planned_through``: one UPDATE per such group. When an UPDATE matches
-    fewer rows than asked, another planner moved some of them: the rows now
-    at this round's ``horizon`` are this planner's (another planner's
-    horizon is another instant).
-    """
-    groups: dict[datetime.datetime, list[str]] = defaultdict(list)
-    for row in rows:
-        groups[row.planned_through].append(row.name)
-    moved = 0
-    for start, names in groups.items():
-        moved += (
-            _schedule_rows()
-            .filter(
-                name__in=names, planned_through=start, paused=False, removed_at=None
-            )
-            .update(planned_through=_db(horizon))
-        )
-    names = [row.name for row in rows]
-    if moved == len(names):
-        return set(names)
-    return set(
-        _schedule_rows()
-        .filter(name__in=names, planned_through=_db(horizon))
-        .values_list("name", flat=True)
-    )
-
-
 def _create_missing(
     schedules: Iterable[Schedule],
     rows: dict[str, PeriodicSchedule],
@@ -205,10 +176,7 @@ def _create_missing(
         for s in schedules
         if s.name not in rows
     ]
-    if not new:
-        return
-    _schedule_rows().bulk_create(new, ignore_conflicts=True)
-    for row in _schedule_rows().filter(name__in=[r.name for r in new]):
+    for row in transitions.create_schedules(new, write_db()):
         rows[row.name] = row
 
 
@@ -221,34 +189,16 @@ def _plan_one(
     start = _aware(row.planned_through)
     horizon = now + LOOKAHEAD
     missed_by = now - MISSED_AFTER
-    with transaction.atomic(using=write_db()):
-        if not _advance(row, start, horizon):
-            return  # another planner wrote them
+    db = write_db()
+    with transaction.atomic(using=db):
+        if not transitions.advance_schedule(row, _db(horizon), db):
+            return  # another planner wrote them, or it was paused or changed
         ticks = _catch_up(schedule, start, missed_by, result)
         # Ticks less than MISSED_AFTER past are written, to run at once.
         ahead = schedule.ticks_after(missed_by, horizon, MAX_TICKS_PER_ROUND)
         _write([(schedule, ticks + ahead)])
         result.planned += len(ahead)
     row.planned_through = _db(horizon)
-
-
-def _advance(
-    row: PeriodicSchedule, start: datetime.datetime, horizon: datetime.datetime
-) -> bool:
-    """Move ``planned_through`` from ``start`` to ``horizon`` unless another
-    planner moved it first (or the schedule was paused or changed)."""
-    return (
-        _schedule_rows()
-        .filter(
-            name=row.name,
-            planned_through=row.planned_through,
-            definition=row.definition,
-            paused=False,
-            removed_at=None,
-        )
-        .update(planned_through=_db(horizon))
-        == 1
-    )
 
 
 def _catch_up(
@@ -262,11 +212,7 @@ def _catch_up(
     ``catch_up``. Returns those to write; cancels the written ones that
     must not run."""
     unplanned = [t for t in schedule.ticks_until(now, MAX_CATCH_UP) if t > start]
-    overdue = list(
-        _ticks_of(schedule.name)
-        .filter(status=Status.SCHEDULED, run_at__lte=_db(now))
-        .order_by("run_at")
-    )
+    overdue = list(_ticks_of(schedule.name).due(by=_db(now)).order_by("run_at"))
     missed = len(unplanned) + len(overdue)
     keep_written: list[DelayedTask]
     write: list[datetime.datetime]
@@ -330,7 +276,7 @@ def _write(plans: list[tuple[Schedule, list[datetime.datetime]]]) -> None:
         Call(
             schedule.task,
             args=schedule.args,
-            kwargs={**schedule.kwargs, "tick": _text(tick)}
+            kwargs={**schedule.kwargs, "tick": tick_text(tick)}
             if schedule.takes_tick
             else dict(schedule.kwargs),
             eta=tick,
@@ -354,22 +300,9 @@ def _restart(
     Cancel them and plan the new definition from now (``row`` is updated,
     for the caller to plan it in this round); ticks already due are left to
     run. False if another process did it first."""
-    with transaction.atomic(using=write_db()):
-        updated = (
-            _schedule_rows()
-            .filter(
-                name=row.name,
-                definition=row.definition,
-                planned_through=row.planned_through,
-                removed_at=row.removed_at,
-            )
-            .update(
-                definition=schedule.definition,
-                planned_through=_db(now),
-                removed_at=None,
-            )
-        )
-        if not updated:
+    db = write_db()
+    with transaction.atomic(using=db):
+        if not transitions.redefine_schedule(row, schedule.definition, _db(now), db):
             return False
         cancelled = _cancel(_future_ticks(schedule.name, now))
     was, was_removed = row.definition, row.removed_at is not None
@@ -390,18 +323,12 @@ def _restart(
 
 def _retire(row: PeriodicSchedule, now: datetime.datetime, result: PlanResult) -> None:
     """The code no longer declares the schedule: stop its future ticks."""
-    with transaction.atomic(using=write_db()):
-        updated = (
-            _schedule_rows()
-            .filter(name=row.name, removed_at=None)
-            .update(removed_at=_db(now))
-        )
-        if not updated:
+    db = write_db()
+    with transaction.atomic(using=db):
+        if not transitions.retire_schedule(row.name, _db(now), db):
             return
         cancelled = _cancel(_future_ticks(row.name, now))
-        stranded = _cancel(
-            _unrunnable(_ticks_of(row.name).filter(run_at__lte=_db(now)))
-        )
+        stranded = _cancel(_unrunnable(_ticks_of(row.name).due(by=_db(now))))
     logger.warning(
         "periodic schedule %s is no longer declared in the code: its %d future "
         "tick(s) were cancelled and it writes no more (ticks already due still "
@@ -442,26 +369,19 @@ def _unrunnable(ticks: Iterable[DelayedTask]) -> list[DelayedTask]:
     return stranded
 
 
-def _ticks_of(name: str) -> QuerySet[DelayedTask]:
-    return _task_rows().filter(
-        key__startswith=f"{KEY_PREFIX}{name}@", status=Status.SCHEDULED
-    )
+def _ticks_of(name: str) -> DelayedTaskQuerySet:
+    """The rows of schedule ``name``'s ticks, whatever their status."""
+    return _task_rows().filter(key__startswith=tick_prefix(name))
 
 
 def _future_ticks(name: str, now: datetime.datetime) -> list[DelayedTask]:
-    return list(_ticks_of(name).filter(run_at__gt=_db(now)))
+    return list(_ticks_of(name).scheduled().filter(run_at__gt=_db(now)))
 
 
 def _cancel(tasks: Iterable[DelayedTask]) -> int:
     from ..changes import cancel
 
     return sum(cancel(task.pk) for task in tasks)
-
-
-def _text(tick: datetime.datetime) -> str:
-    from .ticks import tick_text
-
-    return tick_text(tick)
 
 
 def _aware(value: datetime.datetime) -> datetime.datetime:
@@ -481,11 +401,14 @@ def pause(name: str) -> int:
         ever planned.
     """
     now = timezone.now()
-    with transaction.atomic(using=write_db()):
-        row = _schedule_rows().select_for_update().get(name=name)
-        if row.paused:
+    db = write_db()
+    with transaction.atomic(using=db):
+        if not transitions.pause_schedule(name, now, db):
+            _schedule_rows().get(name=name)  # DoesNotExist, or paused already
             return 0
-        _schedule_rows().filter(name=name).update(paused=True, paused_at=now)
+        # After the UPDATE, which waits for a planner advancing the row:
+        # the ticks it wrote are committed and found here; a planner that
+        # comes later finds the row paused and writes none.
         cancelled = _cancel(_future_ticks(name, now))
     logger.warning(
         "periodic schedule %s paused; %d tick(s) not yet due cancelled", name, cancelled
@@ -501,13 +424,11 @@ def resume(name: str) -> bool:
     :raises PeriodicSchedule.DoesNotExist: as :func:`pause`.
     """
     now = timezone.now()
-    with transaction.atomic(using=write_db()):
-        row = _schedule_rows().select_for_update().get(name=name)
-        if not row.paused:
+    db = write_db()
+    with transaction.atomic(using=db):
+        if not transitions.resume_schedule(name, now, db):
+            _schedule_rows().get(name=name)  # DoesNotExist, or not paused
             return False
-        _schedule_rows().filter(name=name).update(
-            paused=False, paused_at=None, planned_through=now
-        )
     logger.warning("periodic schedule %s resumed", name)
     return True
 
@@ -519,7 +440,7 @@ def _schedule_rows() -> QuerySet[PeriodicSchedule]:
     return PeriodicSchedule.objects.using(write_db())
 
 
-def _task_rows() -> QuerySet[DelayedTask]:
+def _task_rows() -> DelayedTaskQuerySet:
     return DelayedTask.objects.using(write_db())
 
 

@@ -3,7 +3,12 @@
 Tick times are a pure function of the schedule's definition, never of when a
 process computed them: every process that keeps the schedule agrees on them,
 so a tick planned by one process is the same tick another would plan, and
-its dedupe key (:meth:`Schedule.key`) names it exactly.
+its dedupe key (:func:`tick_key`) names it exactly.
+
+A tick's key is ``periodic:<schedule name>@<UTC time>``, the time to the
+microsecond, so that a schedule's keys sort as its ticks do. Its grammar is
+here alone: :func:`tick_key` writes a key and :func:`parse_tick_key` reads
+one; the ``*_sql`` functions write and read the same in a query.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from cronsim import CronSim, CronSimError
+from django.db.models import CharField, F, Value
+from django.db.models.functions import Concat, StrIndex, Substr
 
 from ..exceptions import InvalidTaskDefinition
 
@@ -29,8 +36,12 @@ DEFAULT_CATCH_UP: CatchUp = "latest"
 MAX_CATCH_UP = 100
 #: The shortest ``every=``.
 MIN_EVERY = datetime.timedelta(seconds=1)
-#: What a tick's dedupe key starts with: ``periodic:<name>@<UTC time>``.
+#: A tick's dedupe key is ``periodic:<name>@<UTC time>``: what it starts
+#: with, and what ends the schedule's name (a name cannot hold one).
 KEY_PREFIX = "periodic:"
+TICK_SEPARATOR = "@"
+#: A tick's time in its key.
+_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 #: A tick's key holds the schedule's name and a 27-character time.
 MAX_NAME_LENGTH = 160
 
@@ -80,7 +91,7 @@ class Schedule:
 
     def key(self, tick: datetime.datetime) -> str:
         """The dedupe key of one tick: at most one active row holds it."""
-        return f"{KEY_PREFIX}{self.name}@{tick_text(tick)}"
+        return tick_key(self.name, tick)
 
     def ticks_after(
         self, start: datetime.datetime, end: datetime.datetime, limit: int
@@ -138,28 +149,84 @@ class Schedule:
 
 def tick_text(tick: datetime.datetime) -> str:
     """A tick's time as its key writes it: UTC, to the microsecond."""
-    return tick.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return tick.astimezone(datetime.UTC).strftime(_TIME_FORMAT)
 
 
 def parse_tick(text: str) -> datetime.datetime:
-    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
-        tzinfo=datetime.UTC
-    )
+    """A time in the form :func:`tick_text` writes, aware, in UTC (also the
+    ``tick`` argument a row passes to a periodic function).
+
+    :raises ValueError: ``text`` is no such time.
+    """
+    return datetime.datetime.strptime(text, _TIME_FORMAT).replace(tzinfo=datetime.UTC)
+
+
+def tick_prefix(name: str) -> str:
+    """What the keys of the ticks of schedule ``name`` start with."""
+    return f"{KEY_PREFIX}{name}{TICK_SEPARATOR}"
+
+
+def tick_key(name: str, due: datetime.datetime) -> str:
+    """The dedupe key of schedule ``name``'s tick due at ``due``."""
+    return f"{tick_prefix(name)}{tick_text(due)}"
+
+
+def parse_tick_key(key: object) -> tuple[str, datetime.datetime] | None:
+    """The schedule's name and the tick's time (aware, UTC) of a tick's
+    key; None if ``key`` is no tick's key.
+
+    A tick's key is exactly what :func:`tick_key` writes: the same tick
+    written another way (its microseconds cut short, say) would be a second
+    dedupe key for it, so such a key names no tick.
+    """
+    if not isinstance(key, str) or not key.startswith(KEY_PREFIX):
+        return None
+    name, separator, when = key.removeprefix(KEY_PREFIX).partition(TICK_SEPARATOR)
+    if not name or not separator:
+        return None
+    try:
+        due = parse_tick(when)
+    except ValueError:
+        return None
+    if tick_text(due) != when:
+        return None
+    return name, due
 
 
 def schedule_of_key(key: object) -> str | None:
     """The name of the schedule whose tick ``key`` is; None if ``key`` is
-    no tick's key (a name holds no ``@``, and the time parses)."""
-    if not isinstance(key, str) or not key.startswith(KEY_PREFIX):
-        return None
-    name, at, when = key[len(KEY_PREFIX) :].partition("@")
-    if not name or not at:
-        return None
-    try:
-        parse_tick(when)
-    except ValueError:
-        return None
-    return name
+    no tick's key (:func:`parse_tick_key`)."""
+    found = parse_tick_key(key)
+    return None if found is None else found[0]
+
+
+def tick_prefix_sql(name: Any) -> Concat:
+    """:func:`tick_prefix` in a query, of the expression ``name`` (such as
+    ``OuterRef("name")``)."""
+    return Concat(
+        Value(KEY_PREFIX), name, Value(TICK_SEPARATOR), output_field=CharField()
+    )
+
+
+def tick_key_sql(name: Any, due: datetime.datetime) -> Concat:
+    """:func:`tick_key` in a query, of the expression ``name``."""
+    return Concat(
+        tick_prefix_sql(name), Value(tick_text(due)), output_field=CharField()
+    )
+
+
+def schedule_of_key_sql(field: str) -> Substr:
+    """The schedule's name in the tick key in column ``field``, in a query:
+    what lies between :data:`KEY_PREFIX` and the first
+    :data:`TICK_SEPARATOR`.
+
+    For rows already filtered to keys of that shape; unlike
+    :func:`parse_tick_key`, it does not read the time.
+    """
+    start = len(KEY_PREFIX) + 1  # SQL strings count from 1
+    return Substr(
+        field, start, StrIndex(F(field), Value(TICK_SEPARATOR)) - Value(start)
+    )
 
 
 def _utc(value: datetime.datetime) -> datetime.datetime:
@@ -251,10 +318,10 @@ def check_name(name: Any, where: str) -> str:
             f"{where}: a schedule's name must be a non-empty string of at most "
             f"{MAX_NAME_LENGTH} characters; got {name!r}. Pass name=... to name it."
         )
-    if "@" in name:
+    if TICK_SEPARATOR in name:
         raise InvalidTaskDefinition(
-            f"{where}: a schedule's name cannot contain '@' (its ticks' keys "
-            f"use it); got {name!r}."
+            f"{where}: a schedule's name cannot contain {TICK_SEPARATOR!r} (its "
+            f"ticks' keys use it); got {name!r}."
         )
     return name
 

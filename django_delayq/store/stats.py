@@ -123,6 +123,7 @@ def snapshot(
     ]
     return Snapshot(states, _live(*processes))
 
+
 #: A sweeper's pass shows it alive for this many of its intervals (the
 #: sweeper writes ``<prefix>:sweepers`` with that expiry, ``delayq_status``
 #: reads it)...
@@ -135,7 +136,6 @@ def pass_ttl(interval: float) -> float:
     """How long (seconds) a pass of a sweeper running every ``interval``
     seconds shows it as alive: past that, no pass ended in a few intervals."""
     return max(MISSED_PASSES * interval, MIN_PASS_TTL)
-
 
 
 def _shard_state(keys: ShardKeys, reply: _Replies) -> ShardState:

@@ -276,7 +276,7 @@ class Sweeper:
         scheduled: dict[tuple[str, int], list[DelayedTask]] = defaultdict(list)
         for row in read_in_run_at_order(
             DelayedTask.objects.using(self.db)
-            .filter(status=Status.SCHEDULED, run_at__lte=horizon)
+            .due(by=horizon)
             .only("id", "queue", "shard", "run_at", "status", "attempts", "priority"),
             BATCH,
         ):

@@ -18,7 +18,6 @@ Redis.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -27,10 +26,10 @@ from django.db import connections, transaction
 from django.test.utils import TestContextDecorator, override_settings
 
 from ..conf import get_settings
-from ..conf.schema import TEST_MODES
+from ..conf.schema import DOTTED_PATH, TEST_MODES
+from ..db.testcase_blocks import inside_testcase, run_at_release, test_code_savepoint
 from ..models import DelayedTask
-from ..outbox import Indexer
-from .running import from_testcase, run_first_attempts
+from .running import run_first_attempts
 
 Mode = Literal["manual", "immediate"]
 
@@ -51,35 +50,23 @@ class ImmediateIndexer:
     def index(self, tasks: Sequence[DelayedTask], action: str, using: str) -> None:
         run = _Run([task.pk for task in tasks])
         connection = connections[using]
-        blocks = connection.atomic_blocks
-        if not (blocks and from_testcase(blocks[0])):
+        if not inside_testcase(connection):
             # A real transaction (TransactionTestCase, a live server) or
             # autocommit: Django runs it at the commit, or at once.
             transaction.on_commit(run, using=using)
             return
-        # Inside TestCase: find the savepoint of the outermost block the
-        # test's code opened. The first block has none (it began the
-        # transaction), so block i has savepoint_ids[i - 1].
-        offset = len(blocks) - len(connection.savepoint_ids)
-        release = next(
-            (
-                connection.savepoint_ids[index - offset]
-                for index, block in enumerate(blocks)
-                if not from_testcase(block)
-                and index >= offset
-                and connection.savepoint_ids[index - offset] is not None
-            ),
-            None,
-        )
+        # Inside TestCase: the end of the outermost block the test's code
+        # opened counts as the commit.
+        release = test_code_savepoint(connection)
         if release is None:
             run()  # no block of the test's own: as in autocommit
             return
         # Registered as any on_commit callback, so that a savepoint rolled
         # back drops it as Django drops callbacks; run when that block's
-        # savepoint is released (see _run_at_release).
+        # savepoint is released.
         run.release = release
         transaction.on_commit(run, using=using)
-        _run_at_release(connection)
+        run_at_release(connection, _waits_for)
 
     def unindex(self, tasks: Sequence[DelayedTask], action: str, using: str) -> None:
         pass
@@ -100,52 +87,13 @@ class _Run:
             run_first_attempts(self.task_ids)
 
 
-def _run_at_release(connection: Any) -> None:
-    """Run the immediate mode's callbacks waiting for a savepoint when it is
-    released (the block that made it ended without error).
-
-    Django has no hook for the end of an atomic block; the release of its
-    savepoint is the moment it ends well (a rollback drops the callbacks),
-    so the connection's ``savepoint_commit`` is wrapped, once, and only in
-    the immediate mode inside TestCase.
-    """
-    if getattr(connection, "_delayq_runs_at_release", False):
-        return
-    release = connection.savepoint_commit
-
-    @functools.wraps(release)
-    def savepoint_commit(sid: str) -> None:
-        release(sid)
-        waiting = [
-            func
-            for _, func, _ in connection.run_on_commit
-            if isinstance(func, _Run) and func.release == sid
-        ]
-        if not waiting:
-            return
-        connection.run_on_commit = [
-            item for item in connection.run_on_commit if item[1] not in waiting
-        ]
-        for run in waiting:
-            run()
-
-    connection.savepoint_commit = savepoint_commit
-    connection._delayq_runs_at_release = True
-
-
-_INDEXERS: dict[str, Indexer] = {
-    "manual": ManualIndexer(),
-    "immediate": ImmediateIndexer(),
-}
-
-
-def indexer_for(mode: str) -> Indexer:
-    """The indexer of a ``TEST_MODE`` (validated by the settings)."""
-    return _INDEXERS[mode]
+def _waits_for(callback: Any, sid: str) -> bool:
+    return isinstance(callback, _Run) and callback.release == sid
 
 
 def current_mode() -> str | None:
-    """The test mode in force: ``"manual"``, ``"immediate"`` or None."""
+    """The test mode in force: ``"manual"``, ``"immediate"``, an indexer's
+    dotted path, or None."""
     return get_settings().test_mode
 
 
@@ -162,10 +110,13 @@ class test_mode(TestContextDecorator):
     rest of ``DELAYQ``.
     """
 
-    def __init__(self, mode: Mode | None) -> None:
-        if mode is not None and mode not in TEST_MODES:
+    def __init__(self, mode: Mode | str | None) -> None:
+        if mode is not None and not (
+            isinstance(mode, str) and (mode in TEST_MODES or DOTTED_PATH.match(mode))
+        ):
             raise ValueError(
-                f'test_mode() takes "manual", "immediate" or None; got {mode!r}.'
+                f'test_mode() takes "manual", "immediate", the dotted path of an '
+                f"indexer class, or None; got {mode!r}."
             )
         self.mode = mode
         self._override: override_settings | None = None

@@ -70,5 +70,5 @@ def delayq() -> Iterator[DelayQueueFixture]:
     the manual mode if the settings set none."""
     from .modes import current_mode, test_mode
 
-    with test_mode(current_mode() or "manual"):  # type: ignore[arg-type]
+    with test_mode(current_mode() or "manual"):
         yield DelayQueueFixture()

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import itertools
 import logging
 import threading
 import uuid
@@ -31,16 +30,17 @@ from typing import Any
 
 from django.db import connections
 from django.db.models import Case, IntegerField, QuerySet, Value, When
+from django.test import TestCase
 from django.utils import timezone
 
 from .. import registry
 from ..conf import get_settings
+from ..db.testcase_blocks import inside_testcase
 from ..exceptions import TaskNotRegistered, TooManyRuns
 from ..ids import process_name
 from ..models import DelayedTask, Status, write_db
-from ..store.keys import shard_keys
 from ..timing import ceil_ms
-from ..worker.execution import execute
+from ..worker import claim_and_run
 from ..worker.time_limits import Watchdog
 
 logger = logging.getLogger(__name__)
@@ -53,8 +53,9 @@ WATCH_INTERVAL = 0.02
 #: How long an interrupted task may take to unwind before it is reported stuck.
 GRACE = 2.0
 
-#: Stream entry ids of the attempts run here (a worker's come from Redis).
-_entries = itertools.count(1)
+#: What the claim of an attempt the toolkit runs records where a worker
+#: records the stream entry that delivered it: no stream delivered it.
+TOOLKIT_CLAIM = "testing"
 
 
 @dataclass(frozen=True)
@@ -199,20 +200,13 @@ class _Runner:
                 target=self._watch, name="delayq-test-time-limits", daemon=True
             )
             self._watcher.start()
-        settings = get_settings()
-        stream = shard_keys(settings.key_prefix, row.queue, row.shard).ready_of(
-            row.priority
-        )
-        entry = f"{int(present.timestamp() * 1000)}-{next(_entries)}"
         with clock_at_least(present), _attempt_commits(write_db()):
             started = timezone.now()
-            execute(
-                row.pk,
+            claim_and_run(
+                row,
+                claim_entry=TOOLKIT_CLAIM,
                 worker=self.worker,
-                stream=stream,
-                entry_id=entry,
-                reclaimed=False,
-                early_wait=0.0,
+                using=write_db(),
                 watchdog=self.watchdog,
             )
         row.refresh_from_db()
@@ -243,12 +237,6 @@ class _Runner:
                 )
 
 
-def from_testcase(block: Any) -> bool:
-    """Whether an atomic block is one of those Django's ``TestCase`` opens
-    around a test (it marks them so, for ``durable=True``)."""
-    return bool(getattr(block, "_from_testcase", False))
-
-
 @contextlib.contextmanager
 def _attempt_commits(using: str) -> Iterator[None]:
     """Inside Django's ``TestCase``, run the ``on_commit`` callbacks an
@@ -256,30 +244,15 @@ def _attempt_commits(using: str) -> Iterator[None]:
 
     They are how the outcome is reported (``task_retried``, ``task_failed``,
     their log lines) and what the task's own code defers to the commit.
-    Elsewhere the attempt commits for real and Django runs them.
+    Elsewhere the attempt commits for real and Django runs them. Django's
+    own ``TestCase.captureOnCommitCallbacks(execute=True)`` runs them, those
+    they register in turn included.
     """
-    connection = connections[using]
-    blocks = connection.atomic_blocks
-    if not (blocks and from_testcase(blocks[0])):
+    if not inside_testcase(connections[using]):
         yield
         return
-    before = {id(item) for item in connection.run_on_commit}
-    yield
-    # Callbacks may register more: run until none is left, in order, as
-    # Django runs them (a robust one's error is logged, not raised).
-    while new := [i for i in connection.run_on_commit if id(i) not in before]:
-        connection.run_on_commit = [
-            i for i in connection.run_on_commit if id(i) in before
-        ]
-        pending: list[Any] = new  # (savepoint ids, callback, robust)
-        for _, callback, robust in pending:
-            if not robust:
-                callback()
-                continue
-            try:
-                callback()
-            except Exception:
-                logger.exception("an on_commit callback of a task raised")
+    with TestCase.captureOnCommitCallbacks(using=using, execute=True):
+        yield
 
 
 @contextlib.contextmanager

@@ -120,7 +120,6 @@ class Batch:
                 worker=self.consumer,
                 stream=entry.stream,
                 entry_id=entry.entry_id.decode(),
-                reclaimed=entry.reclaimed,
                 early_wait=self.early_wait,
                 watchdog=self.watchdog,
             )

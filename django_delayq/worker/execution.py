@@ -4,8 +4,10 @@ Most tasks are claimed and run in groups (:mod:`django_delayq.worker.group_commi
 this module is the path for everything a group does not take: a delivery
 whose row is not simply scheduled and due (early, running, finished,
 missing), a task registered with ``atomic=False``, a task this worker does
-not know, and a group's tasks after the group was fenced. It also holds what
-both paths share to run a function; recording its outcome is
+not know, and a group's tasks after the group was fenced (each run again
+by :func:`run_alone`). What both paths need to call a function (refusals,
+time limits, the stored return value, the fence) is
+:mod:`django_delayq.worker.attempts`; recording an outcome is
 :mod:`django_delayq.outcomes`'.
 
 For ``atomic`` tasks (the default) the function and the success UPDATE
@@ -13,6 +15,10 @@ share one transaction. If the outcome is fenced (this worker was paused past
 its visibility timeout and another worker took the task over), the
 transaction rolls back the function's database writes with it: a stale
 worker's late completion has no effect.
+
+:func:`execute` decides from a stream delivery; :func:`claim_and_run` is
+the entry for a row already judged to run now, which the testing toolkit
+also uses.
 """
 
 from __future__ import annotations
@@ -20,7 +26,6 @@ from __future__ import annotations
 import enum
 import logging
 import time
-import traceback
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -31,10 +36,7 @@ from django.utils import timezone
 from .. import changes, registry, transitions
 from ..conf import get_settings
 from ..exceptions import (
-    InvalidPayload,
     TaskNotRegistered,
-    TaskRefused,
-    TimeLimitExceeded,
 )
 from ..models import DelayedTask, OutboxEntry, Status, write_db
 from ..outbox import index_after_commit
@@ -47,11 +49,20 @@ from ..outcomes import (
     worker_lost,
 )
 from ..ownership import check_prefix
-from ..payload import check_value
 from ..recurring import planner
 from ..recurring.ticks import schedule_of_key
 from ..store.keys import shard_keys
-from .time_limits import NO_WATCHDOG, Watchdog, time_limit_error
+from .attempts import (
+    FAILURES,
+    Fenced,
+    failure_text,
+    log_fenced,
+    refusal,
+    refuse,
+    stored_value,
+    time_limit_of,
+)
+from .time_limits import NO_WATCHDOG, Watchdog
 
 logger = logging.getLogger(__name__)
 
@@ -78,17 +89,12 @@ LEAVE = Outcome(Disposition.LEAVE)
 EARLY_WAIT_SECONDS = 1.0
 
 
-class Fenced(Exception):
-    """The row moved on under us: roll back and record nothing."""
-
-
 def execute(
     task_id: uuid.UUID,
     *,
     worker: str,
     stream: str,
     entry_id: str,
-    reclaimed: bool,
     early_wait: float = EARLY_WAIT_SECONDS,
     watchdog: Watchdog = NO_WATCHDOG,
 ) -> Outcome:
@@ -144,8 +150,30 @@ def execute(
             logger.debug("task %s is not due until %s; re-delayed", row.pk, row.run_at)
             index_after_commit([row], OutboxEntry.Action.RESCHEDULE, db)
             return DONE
-    if transitions.claim(row, entry_id, timezone.now(), worker, db) is None:
-        return DONE  # another worker, a cancel or a reschedule won
+    return claim_and_run(
+        row, claim_entry=entry_id, worker=worker, using=db, watchdog=watchdog
+    )
+
+
+def claim_and_run(
+    row: DelayedTask,
+    *,
+    claim_entry: str,
+    worker: str,
+    using: str,
+    watchdog: Watchdog = NO_WATCHDOG,
+) -> Outcome:
+    """Claim ``row`` (as just read, due or taken over) and run its attempt
+    alone, recording its outcome.
+
+    The worker's one-row path once it has decided the row should run now
+    (``claim_entry`` is the stream entry that delivered it), and what the
+    testing toolkit runs a due row through (no stream delivered it; its
+    claim says so). Returns DONE without running anything when the claim
+    is lost: another worker, a cancel or a reschedule won.
+    """
+    if transitions.claim(row, claim_entry, timezone.now(), worker, using) is None:
+        return DONE
     watchdog.hold([row])
     try:
         return start(row, watchdog)
@@ -244,76 +272,3 @@ def run_alone(
             return True
     report_success(row)
     return True
-
-
-#: What a task's function may raise that fails its attempt (and no more):
-#: task code calling sys.exit() must not end a worker thread.
-FAILURES = (Exception, SystemExit, KeyboardInterrupt, TimeLimitExceeded)
-
-
-def refusal(row: DelayedTask, registered: registry.Task[Any, Any]) -> Exception | None:
-    """Why the function must not be called for this row at all: its stored
-    arguments do not fit it (a row scheduled before the function's signature
-    changed), or the task refuses such a row (the task of a periodic
-    schedule's setting, asked to run outside its ticks); None if it may run.
-    """
-    problem = registered.row_problem(row.args, row.kwargs, row.key)
-    if problem is not None:
-        return TaskRefused(f"{row.name}: not called: {problem}.")
-    problem = registered.argument_problem(row.args, row.kwargs)
-    if problem is not None:
-        return TypeError(
-            f"{row.name}: not called, its stored arguments do not fit it: "
-            f"{problem}. Schedule it again with arguments that fit."
-        )
-    return None
-
-
-def refuse(row: DelayedTask, exc: Exception) -> bool:
-    """Fail a task for :func:`refusal`'s reason without calling its function;
-    False if the attempt was fenced.
-
-    Every attempt would be refused the same way: retrying only delays the
-    failure. A ``TypeError`` raised inside the function is an ordinary
-    failure.
-    """
-    error = f"{type(exc).__name__}: {exc}"
-    trace = "".join(traceback.format_exception_only(exc))
-    return fail(row, row.attempts, error, trace, expect=Status.RUNNING)
-
-
-def time_limit_of(registered: registry.Task[Any, Any]) -> float | None:
-    """The task's time limit: its own, or ``DELAYQ["TIME_LIMIT"]``."""
-    if registered.time_limit is not None:
-        return registered.time_limit
-    return get_settings().time_limit
-
-
-def failure_text(exc: BaseException, limit: float | None) -> str | None:
-    """The error to record for ``exc``, where the default would say too little."""
-    if isinstance(exc, TimeLimitExceeded) and limit is not None:
-        return time_limit_error(limit)
-    return None
-
-
-def stored_value(row: DelayedTask, result: Any) -> Any:
-    """The return value as stored: JSON of at most ``MAX_RESULT_BYTES``;
-    anything else is dropped, with a warning that says why."""
-    try:
-        return check_value(
-            result, "the return value", max_bytes=get_settings().max_result_bytes
-        )
-    except InvalidPayload as exc:
-        logger.warning(
-            "task %s succeeded; its return value is not stored: %s", row.pk, exc
-        )
-        return None
-
-
-def log_fenced(row: DelayedTask) -> None:
-    logger.warning(
-        "task %s: attempt %d finished after another worker took it over; "
-        "its completion was discarded",
-        row.pk,
-        row.attempts,
-    )

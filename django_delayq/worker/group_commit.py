@@ -41,16 +41,16 @@ from .. import registry, transitions
 from ..db.savepoints import TaskSavepoints, TransactionLost
 from ..models import DelayedTask
 from ..outcomes import Verdict, record_failure, report_start, report_success
-from .execution import (
+from .attempts import (
     FAILURES,
     Fenced,
     failure_text,
     refusal,
     refuse,
-    run_alone,
     stored_value,
     time_limit_of,
 )
+from .execution import run_alone
 from .time_limits import Watchdog
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import connection
 
 from tests.acceptance.shop_database import ShopDatabase
-from tests.helpers import database_env
+from tests.support.helpers import database_env
 from tools.procs import (
     ROOT,
     HTTPProcess,

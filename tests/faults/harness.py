@@ -30,7 +30,7 @@ from django_delayq.conf import get_settings
 from django_delayq.models import DelayedTask
 from django_delayq.store.keys import ShardKeys, shard_keys
 from django_delayq.store.streams import GROUP
-from tests.helpers import database_env
+from tests.support.helpers import database_env
 from tests.testapp.tasks import record
 from tools.procs import ROOT, Process, django_command, wait_for
 from tools.servers import RedisServer

@@ -33,6 +33,7 @@ from django.utils.module_loading import import_string
 from ... import conf, registry
 from ...checks import ids as check_ids
 from ...exceptions import InvalidConfiguration
+from ...options import TaskOptions, task_option_problem
 from . import compat
 
 compat.require()
@@ -67,8 +68,17 @@ R = TypeVar("R")
 
 #: The value of ``TASKS[alias]["BACKEND"]``.
 BACKEND_PATH = "django_delayq.backends.DelayQueueBackend"
+#: The ``OPTIONS`` the backend understands, task options as ``@task`` takes
+#: them, and how to fix a bad value of each.
+_OPTION_HINTS = {
+    "max_attempts": 'Remove it to use DELAYQ["MAX_ATTEMPTS"].',
+    "atomic": "Use True (the default: the task and the record of its "
+    "success commit together) or False.",
+}
 #: ``OPTIONS`` the backend understands, with their defaults.
-OPTIONS: dict[str, Any] = {"max_attempts": None, "atomic": True}
+OPTIONS: dict[str, Any] = {
+    option: getattr(TaskOptions(), option) for option in _OPTION_HINTS
+}
 
 
 def _as_django_stores(value: Any) -> Any:
@@ -108,9 +118,9 @@ class DelayQueueBackend(BaseTaskBackend):
         super().__init__(alias, params)
         self._problems += _option_problems(alias, self.options)
         # Workers fall back to the defaults rather than use a bad value.
-        valid = {} if self._problems else self.options
-        self.max_attempts: int | None = valid.get("max_attempts")
-        self.atomic: bool = valid.get("atomic", True)
+        #: the options of this backend's tasks (their name and queue are
+        #: each task's own)
+        self.task_options = TaskOptions(**({} if self._problems else self.options))
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         return [
@@ -142,7 +152,7 @@ class DelayQueueBackend(BaseTaskBackend):
             kwargs=_as_django_stores(kwargs),
             eta=task.run_after,
             queue=task.queue_name,
-            max_attempts=self.max_attempts,
+            max_attempts=self.task_options.max_attempts,
             priority=task.priority,
         )
         result = result_of(row, task, self.alias)
@@ -253,29 +263,14 @@ def _option_problems(alias: str, options: object) -> list[conf.Problem]:
                     else f"Known options: {', '.join(OPTIONS)}.",
                 )
             )
-    max_attempts = options.get("max_attempts")
-    if max_attempts is not None:
-        try:
-            registry.validate_max_attempts(
-                max_attempts, where=f'{where}["max_attempts"]'
-            )
-        except ValueError as exc:
-            problems.append(
-                conf.Problem(
-                    check_ids.BACKEND_OPTIONS,
-                    str(exc),
-                    'Remove it to use DELAYQ["MAX_ATTEMPTS"].',
-                )
-            )
-    if not isinstance(options.get("atomic", True), bool):
-        problems.append(
-            conf.Problem(
-                check_ids.BACKEND_OPTIONS,
-                f'{where}["atomic"] must be True or False; got {options["atomic"]!r}.',
-                "Use True (the default: the task and the record of its "
-                "success commit together) or False.",
-            )
+    for option, hint in _OPTION_HINTS.items():
+        if option not in options:
+            continue
+        problem = task_option_problem(
+            option, options[option], where=f'{where}["{option}"]'
         )
+        if problem is not None:
+            problems.append(conf.Problem(check_ids.BACKEND_OPTIONS, problem, hint))
     return problems
 
 

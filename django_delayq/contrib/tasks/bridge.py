@@ -22,6 +22,7 @@ direction only: ``compat``, ``results``, ``backend``, then this one.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import json
@@ -70,13 +71,13 @@ class FrameworkTask(registry.Task[..., Any]):
     """A ``django.tasks`` task, as the registry hands it to a worker."""
 
     def __init__(self, django_task: Task[..., Any], backend: DelayQueueBackend) -> None:
-        super().__init__(
-            _runner(django_task),
-            django_task.module_path,
+        # The backend's options, under the task's own name and queue.
+        options = dataclasses.replace(
+            backend.task_options,
+            name=django_task.module_path,
             queue=django_task.queue_name,
-            max_attempts=backend.max_attempts,
-            atomic=backend.atomic,
         )
+        super().__init__(_runner(django_task), **options.arguments())
         self.django_task = django_task
         self.backend = backend
         _connect_signals()

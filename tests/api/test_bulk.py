@@ -1,0 +1,100 @@
+"""schedule_many(): one INSERT batch, one Redis round trip, all or nothing."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+
+from django_delayq import Call, schedule, schedule_many
+from django_delayq.exceptions import DuplicateTask, InvalidPayload
+from django_delayq.models import DelayedTask
+from tests.support.helpers import due_members, expected_score
+from tests.testapp.tasks import add, order_cancel, takes_anything
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_bulk_schedule_writes_every_row_and_member(redis_client):
+    calls = [Call(order_cancel, args=[i], delay=60 + i) for i in range(2500)]
+    calls.append(Call(add, args=[1, 2], delay=5, key="one"))
+    with transaction.atomic():
+        tasks = schedule_many(calls)
+        assert due_members(redis_client) == {}
+    assert len(tasks) == 2501
+    assert DelayedTask.objects.count() == 2501
+    assert due_members(redis_client) == {
+        task.pk: expected_score(task) for task in tasks
+    }
+    assert {task.shard for task in tasks if task.queue == "orders"} == {0, 1, 2, 3}
+
+
+def test_rolled_back_bulk_leaves_nothing(redis_client):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        schedule_many([Call(add, args=[i, i], delay=5) for i in range(10)])
+        raise RuntimeError
+    assert not DelayedTask.objects.exists()
+    assert due_members(redis_client) == {}
+
+
+def test_one_bad_call_fails_the_whole_batch_before_writing(redis_client):
+    calls = [Call(add, args=[1, 1]), Call(add, args=[{1}])]
+    with pytest.raises(InvalidPayload, match=r"args\[0\] is a set"):
+        schedule_many(calls)
+    assert not DelayedTask.objects.exists()
+
+
+def test_a_key_twice_in_one_batch_is_refused(redis_client):
+    with pytest.raises(DuplicateTask, match="items 0 and 2"):
+        schedule_many([Call(add, args=[1, 1], key=k) for k in ("a", "b", "a")])
+    assert not DelayedTask.objects.exists()
+
+
+def test_a_key_already_held_fails_the_batch_and_keeps_the_holder(redis_client):
+    holder = schedule(add, args=[1, 1], delay=60, key="b")
+    with pytest.raises(DuplicateTask, match="key='b'"):
+        schedule_many([Call(add, args=[1, 1], key=k, delay=5) for k in ("a", "b")])
+    assert list(DelayedTask.objects.values_list("pk", flat=True)) == [holder.pk]
+    assert set(due_members(redis_client)) == {holder.pk}
+
+
+def test_empty_batch_and_wrong_items():
+    assert schedule_many([]) == []
+    with pytest.raises(TypeError, match="Call objects"):
+        schedule_many([(add, [1, 2])])  # type: ignore[list-item]
+
+
+def test_bulk_rows_read_back_exactly_as_returned(redis_client):
+    payloads = [
+        ([1, "två", None, True, 2.5], {"nested": {"list": [1, [2, {"x": "é"}]]}}),
+        (['quote " back\\slash \t tab \n newline'], {}),
+        ([], {"empty": [], "obj": {}}),
+    ]
+    calls = [
+        Call(takes_anything, args=args, kwargs=kwargs, delay=30, key=f"read-back-{n}")
+        for n, (args, kwargs) in enumerate(payloads)
+    ]
+    tasks = schedule_many(calls)
+    for task in tasks:
+        stored = DelayedTask.objects.get(pk=task.pk)
+        for field in DelayedTask._meta.concrete_fields:
+            assert getattr(stored, field.attname) == getattr(task, field.attname), (
+                field.name
+            )
+        assert not task._state.adding
+
+
+def test_bulk_rows_go_through_init_when_someone_listens_to_post_init(redis_client):
+    from django.db.models.signals import post_init
+
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance.pk)
+
+    post_init.connect(receiver, sender=DelayedTask)
+    try:
+        tasks = schedule_many([Call(add, args=[i, i], delay=5) for i in range(3)])
+    finally:
+        post_init.disconnect(receiver, sender=DelayedTask)
+    assert seen == [task.pk for task in tasks]
+    assert DelayedTask.objects.filter(pk__in=seen).count() == 3

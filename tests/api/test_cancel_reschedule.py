@@ -1,0 +1,135 @@
+"""cancel() and reschedule(): transactional like schedule()."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from django_delayq import cancel, reschedule, schedule
+from django_delayq.exceptions import InvalidArgument, InvalidTaskState, TaskNotFound
+from django_delayq.models import DelayedTask, Status
+from tests.support.helpers import expected_score, indexed_score
+from tests.testapp.tasks import add, order_cancel
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_cancel_marks_the_row_and_removes_the_member_after_commit(redis_client):
+    task = schedule(order_cancel, delay=900, args=[1])
+    with transaction.atomic():
+        assert cancel(task) is True
+        assert indexed_score(redis_client, task) is not None
+    assert indexed_score(redis_client, task) is None
+    row = DelayedTask.objects.get(pk=task.pk)
+    assert row.status == Status.CANCELLED
+    assert row.finished_at is not None
+    assert task.status == Status.CANCELLED
+
+
+def test_rolled_back_cancel_leaves_the_task_scheduled_and_indexed(redis_client):
+    task = schedule(order_cancel, delay=900, args=[1])
+    with pytest.raises(RuntimeError), transaction.atomic():
+        cancel(task.pk)
+        raise RuntimeError
+    assert DelayedTask.objects.get(pk=task.pk).status == Status.SCHEDULED
+    assert indexed_score(redis_client, task) == expected_score(task)
+
+
+def test_cancel_by_key_by_id_and_by_string_id(redis_client):
+    a = schedule(add, delay=60, args=[1, 1], key="a")
+    b = schedule(add, delay=60, args=[1, 1])
+    c = schedule(add, delay=60, args=[1, 1])
+    assert cancel(key="a") is True
+    assert cancel(b.pk) is True
+    assert cancel(str(c.pk)) is True
+    for task in (a, b, c):
+        assert DelayedTask.objects.get(pk=task.pk).status == Status.CANCELLED
+        assert indexed_score(redis_client, task) is None
+
+
+def test_cancel_returns_false_when_there_is_nothing_to_cancel(redis_client):
+    task = schedule(add, delay=60, args=[1, 1], key="k")
+    assert cancel(task) is True
+    assert cancel(task) is False
+    assert cancel(key="k") is False
+    assert cancel(key="never-used") is False
+    DelayedTask.objects.filter(pk=task.pk).update(status=Status.RUNNING)
+    assert cancel(task.pk) is False  # a running task is not interrupted
+    assert DelayedTask.objects.get(pk=task.pk).status == Status.RUNNING
+
+
+def test_cancel_needs_exactly_one_of_task_and_key():
+    with pytest.raises(InvalidArgument, match="exactly one"):
+        cancel()
+    with pytest.raises(InvalidArgument, match="exactly one"):
+        cancel("x", key="y")
+    with pytest.raises(InvalidArgument, match="is not a task id"):
+        cancel("not-a-uuid")
+    with pytest.raises(TypeError, match="Expected a DelayedTask"):
+        cancel(42)  # type: ignore[arg-type]
+
+
+def test_reschedule_moves_the_row_and_the_score(redis_client):
+    task = schedule(order_cancel, delay=900, args=[1])
+    old_run_at, old_score = task.run_at, expected_score(task)
+    with transaction.atomic():
+        moved = reschedule(task, delay=30)
+        assert indexed_score(redis_client, task) == old_score  # not yet committed
+    assert moved.run_at < old_run_at
+    assert task.run_at == moved.run_at
+    assert DelayedTask.objects.get(pk=task.pk).run_at == moved.run_at
+    assert indexed_score(redis_client, moved) == expected_score(moved)
+
+
+def test_reschedule_later_by_key_with_an_eta(redis_client):
+    schedule(add, delay=60, args=[1, 1], key="remind:7")
+    eta = timezone.now() + datetime.timedelta(days=1)
+    moved = reschedule(key="remind:7", eta=eta)
+    assert abs(moved.run_at - eta) < datetime.timedelta(milliseconds=1)
+    assert indexed_score(redis_client, moved) == expected_score(moved)
+
+
+def test_rolled_back_reschedule_changes_nothing(redis_client):
+    task = schedule(add, delay=60, args=[1, 1])
+    run_at, score = task.run_at, expected_score(task)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        reschedule(task.pk, delay=3600)
+        raise RuntimeError
+    assert DelayedTask.objects.get(pk=task.pk).run_at == run_at
+    assert indexed_score(redis_client, task) == score
+
+
+def test_reschedule_refuses_finished_running_and_unknown_tasks(redis_client):
+    task = schedule(add, delay=60, args=[1, 1], key="k")
+    DelayedTask.objects.filter(pk=task.pk).update(status=Status.RUNNING)
+    with pytest.raises(InvalidTaskState, match="running"):
+        reschedule(task, delay=5)
+    with pytest.raises(InvalidTaskState, match="running"):
+        reschedule(key="k", delay=5)
+    DelayedTask.objects.filter(pk=task.pk).update(status=Status.SUCCEEDED)
+    with pytest.raises(InvalidTaskState, match="succeeded"):
+        reschedule(task, delay=5)
+    with pytest.raises(TaskNotFound, match="key='k'"):
+        reschedule(key="k", delay=5)
+
+
+def test_the_callers_transaction_survives_a_refused_reschedule(redis_client):
+    task = schedule(add, delay=60, args=[1, 1])
+    DelayedTask.objects.filter(pk=task.pk).update(status=Status.SUCCEEDED)
+    with transaction.atomic():
+        with pytest.raises(InvalidTaskState):
+            reschedule(task, delay=5)
+        with pytest.raises(TaskNotFound):
+            reschedule(key="nobody", delay=5)
+        other = schedule(add, delay=60, args=[2, 2])
+    assert DelayedTask.objects.get(pk=other.pk).status == Status.SCHEDULED
+
+
+def test_reschedule_validates_the_new_time_before_writing(redis_client):
+    task = schedule(add, delay=60, args=[1, 1])
+    with pytest.raises(ValueError, match="cannot be negative"):
+        reschedule(task, delay=-5)
+    assert DelayedTask.objects.get(pk=task.pk).run_at == task.run_at
