@@ -197,6 +197,12 @@ class _Group:
                 self._leases_changed.wait(listener.idle_wait)
                 continue
             self._listening = list(by_key)
+            if listener.stopping.is_set() or self._leases_changed.is_set():
+                # A nudge that came before the lists above were published
+                # pushed to none of them (nudge() sets the flag first, then
+                # reads them): blocking now would wait out BLOCK_SECONDS,
+                # and a stopping dispatcher with it.
+                continue
             try:
                 name = wake_lists.wait(client, self._listening, BLOCK_SECONDS)
                 if name is not None:

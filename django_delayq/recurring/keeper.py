@@ -24,6 +24,8 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between planning rounds: well inside the planner's lookahead.
 INTERVAL = 1.0
+#: How long stop() waits for a planning round under way.
+STOP_WAIT = 5.0
 
 
 class Keeper:
@@ -42,10 +44,22 @@ class Keeper:
         )
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = STOP_WAIT) -> None:
+        """Stop planning: wait up to ``timeout`` seconds for the round under
+        way, so that the process that runs the keeper (a dispatcher, a
+        sweeper) stops when asked even if that round waits on a database
+        lock. A round cut short by the process's exit is only a round: the
+        next planner, in any process, plans the same ticks again."""
         self._stopping.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                logger.warning(
+                    "%s: the periodic planning round under way did not end "
+                    "within %g s; not waiting for it",
+                    self.who,
+                    timeout,
+                )
 
     def _run(self) -> None:
         backoff = Backoff(

@@ -55,7 +55,7 @@ def running() -> Iterator[Callable[..., Dispatcher]]:
     for dispatcher, thread in started:
         dispatcher.stop()
         thread.join(timeout=10)
-        assert not thread.is_alive()
+        assert not thread.is_alive(), "a dispatcher still runs:\n" + stacks()
 
 
 def test_once_moves_the_due_ids_and_leaves_the_rest(redis_client):
