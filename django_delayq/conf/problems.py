@@ -16,16 +16,15 @@ from . import check_ids
 from .redis_settings import connection_problems
 from .schema import (
     DEFAULTS,
-    DOTTED_PATH,
     KEY_PREFIX_PATTERN,
     MAX_SHARDS,
     MAX_TIME_LIMIT,
     QUEUE_KEYS,
     QUEUE_NAME,
-    TEST_MODES,
     Problem,
     is_int,
     is_number,
+    is_test_mode,
 )
 
 
@@ -52,9 +51,7 @@ def find_problems(raw: Any) -> list[Problem]:
     problems += _queue_problems(raw.get("QUEUES", DEFAULTS["QUEUES"]))
     problems += _number_problems(raw)
     mode = raw.get("TEST_MODE", DEFAULTS["TEST_MODE"])
-    if mode is not None and not (
-        isinstance(mode, str) and (mode in TEST_MODES or DOTTED_PATH.match(mode))
-    ):
+    if mode is not None and not is_test_mode(mode):
         problems.append(
             Problem(
                 check_ids.TEST_MODE,

@@ -50,6 +50,13 @@ TEST_MODES = {
 DOTTED_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 
 
+def is_test_mode(value: object) -> bool:
+    """Whether ``value`` names a test mode: an alias or a dotted path."""
+    return isinstance(value, str) and (
+        value in TEST_MODES or DOTTED_PATH.match(value) is not None
+    )
+
+
 def indexer_path(test_mode: str) -> str:
     """The dotted path of the indexer class a ``TEST_MODE`` names."""
     return TEST_MODES.get(test_mode, test_mode)

@@ -26,7 +26,7 @@ from django.db import connections, transaction
 from django.test.utils import TestContextDecorator, override_settings
 
 from ..conf import get_settings
-from ..conf.schema import DOTTED_PATH, TEST_MODES
+from ..conf.schema import is_test_mode
 from ..db.testcase_blocks import inside_testcase, run_at_release, test_code_savepoint
 from ..models import DelayedTask
 from .running import run_first_attempts
@@ -111,9 +111,7 @@ class test_mode(TestContextDecorator):
     """
 
     def __init__(self, mode: Mode | str | None) -> None:
-        if mode is not None and not (
-            isinstance(mode, str) and (mode in TEST_MODES or DOTTED_PATH.match(mode))
-        ):
+        if mode is not None and not is_test_mode(mode):
             raise ValueError(
                 f'test_mode() takes "manual", "immediate", the dotted path of an '
                 f"indexer class, or None; got {mode!r}."
