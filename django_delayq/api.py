@@ -32,10 +32,12 @@ from .db.deadlocks import retrying_deadlocks
 from .db.inserts import insert_rows, new_row, plain_rows
 from .exceptions import DuplicateTask, InvalidArgument, TaskRefused
 from .ids import shard_of, uuid7
+from .limits.groups import is_limited, limit_key
 from .lookups import Lookup, matching, write_alias, written
 from .models import ACTIVE_STATUSES, DelayedTask, OutboxEntry, Status
 from .outbox import index_after_commit, indexer, unindex_after_commit
 from .payload import check_payload
+from .store.keys import LIMITS_SHARD
 from .text import check_text
 from .timing import resolve_run_at
 
@@ -199,6 +201,8 @@ class _Target:
     shards: int
     max_attempts: int
     priority: int
+    #: under a concurrency or rate limit: indexed in the limits shard
+    limited: bool = False
 
 
 def _target(call: Call) -> _Target:
@@ -211,6 +215,13 @@ def _target(call: Call) -> _Target:
         )
     queue_name = call.queue if call.queue is not None else registered.queue
     queue = settings.queue("default" if queue_name is None else queue_name)
+    if registered.limit_rule and queue.name != (registered.queue or "default"):
+        raise InvalidArgument(
+            f"{registered.name} has limits ({registered.limit_rule.describe()}), "
+            f"which are counted on its own queue {registered.queue or 'default'!r}; "
+            f"it cannot be scheduled on queue={queue.name!r}. Schedule it "
+            f"without queue=, or declare another task for that queue."
+        )
     max_attempts = call.max_attempts
     if max_attempts is None:
         max_attempts = registered.max_attempts or settings.max_attempts
@@ -218,7 +229,13 @@ def _target(call: Call) -> _Target:
     priority = registered.priority if call.priority is None else call.priority
     registry.validate_priority(priority, where="priority=")
     return _Target(
-        registered, registered.name, queue.name, queue.shards, max_attempts, priority
+        registered,
+        registered.name,
+        queue.name,
+        queue.shards,
+        max_attempts,
+        priority,
+        is_limited(registered, queue),
     )
 
 
@@ -288,13 +305,18 @@ def _prepare(
                 f"characters; got {call.key!r}."
             )
         check_text(call.key, "key=", InvalidArgument)
+    if target.limited:
+        # A limit_by that cannot find this call's key is refused now.
+        limit_key(target.task, args, kwargs)
     task_id = uuid7()
     return new_row(
         {
             "id": task_id,
             "name": target.name,
             "queue": target.queue,
-            "shard": shard_of(task_id, target.shards),
+            "shard": (
+                LIMITS_SHARD if target.limited else shard_of(task_id, target.shards)
+            ),
             "args": args,
             "kwargs": kwargs,
             "key": call.key,

@@ -12,6 +12,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from .ids import uuid7
+from .store.keys import LIMITS_SHARD
 
 
 class Status(models.TextChoices):
@@ -44,8 +45,18 @@ def overdue_by(
 ) -> Q:
     """The condition of a task late at ``moment``: scheduled, and more than
     ``grace`` past its ``run_at`` (dispatch and claim take a moment, so the
-    reports allow one before they call a task late)."""
-    return Q(status=Status.SCHEDULED, run_at__lt=moment - grace)
+    reports allow one before they call a task late). A task under limits
+    that is due waits for them: not late (:func:`waiting_for_limits_by`)."""
+    return Q(status=Status.SCHEDULED, run_at__lt=moment - grace) & ~Q(
+        shard=LIMITS_SHARD
+    )
+
+
+def waiting_for_limits_by(moment: datetime.datetime) -> Q:
+    """The condition of a task due by ``moment`` that waits for a
+    concurrency or rate limit to admit it (its row is in a limits shard):
+    reported apart from the late ones (see django_delayq.limits)."""
+    return Q(status=Status.SCHEDULED, run_at__lte=moment, shard=LIMITS_SHARD)
 
 
 class DelayedTaskQuerySet(models.QuerySet["DelayedTask"]):
@@ -70,6 +81,11 @@ class DelayedTaskQuerySet(models.QuerySet["DelayedTask"]):
     ) -> DelayedTaskQuerySet:
         """The tasks more than ``grace`` late at ``by`` (:func:`overdue_by`)."""
         return self.filter(overdue_by(by, grace))
+
+    def waiting_for_limits(self, *, by: datetime.datetime) -> DelayedTaskQuerySet:
+        """The tasks due by ``by`` that wait for their limits
+        (:func:`waiting_for_limits_by`)."""
+        return self.filter(waiting_for_limits_by(by))
 
 
 class DelayedTask(models.Model):

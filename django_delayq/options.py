@@ -19,6 +19,7 @@ import datetime
 from collections.abc import Callable, Sequence
 from typing import Any, TypedDict
 
+from .conf.limits import concurrency_problem, limit_by_problem, rate_problem
 from .conf.schema import MAX_TIME_LIMIT
 from .exceptions import InvalidArgument, InvalidTaskDefinition
 from .text import check_text
@@ -88,6 +89,9 @@ class TaskOptions:
     atomic: bool = True
     time_limit: float | None = None
     priority: int = 0
+    concurrency_limit: int | None = None
+    rate_limit: str | None = None
+    limit_by: str | Callable[..., Any] | None = None
 
     def checked(self) -> TaskOptions:
         """Return these options, the time limit as a float; raise
@@ -99,6 +103,15 @@ class TaskOptions:
             )
             if problem is not None:
                 raise InvalidTaskDefinition(problem)
+        if (
+            self.limit_by is not None
+            and self.concurrency_limit is None
+            and self.rate_limit is None
+        ):
+            raise InvalidTaskDefinition(
+                "@task(limit_by=...) says what a limit is counted per, but the "
+                "task has no limit: add concurrency_limit=... or rate_limit=...."
+            )
         if self.time_limit is None:
             return self
         return dataclasses.replace(self, time_limit=float(self.time_limit))
@@ -178,6 +191,9 @@ _CHECKS: dict[str, Callable[[object, str], str | None]] = {
     "priority": _priority_problem,
     "atomic": _atomic_problem,
     "time_limit": _time_limit_problem,
+    "concurrency_limit": concurrency_problem,
+    "rate_limit": rate_problem,
+    "limit_by": limit_by_problem,
 }
 
 #: The names of the task options, in the order they are checked.

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, Unpack, over
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction
 
+from .conf.limits import KeyFunction, Rule, key_function, parse_rate
 from .exceptions import (
     InvalidTaskDefinition,
     TaskNotRegistered,
@@ -55,6 +56,9 @@ class Task(Generic[P, R]):
         atomic: bool = True,
         time_limit: float | None = None,
         priority: int = 0,
+        concurrency_limit: int | None = None,
+        rate_limit: str | None = None,
+        limit_by: str | Callable[..., Any] | None = None,
     ) -> None:
         self.func = func
         self.name = name
@@ -63,6 +67,17 @@ class Task(Generic[P, R]):
         self.atomic = atomic
         self.time_limit = time_limit
         self.priority = priority
+        self.concurrency_limit = concurrency_limit
+        self.rate_limit = rate_limit
+        self.limit_by = limit_by
+        #: the limits this task declares (see django_delayq.limits)
+        self.limit_rule = Rule(concurrency_limit, parse_rate(rate_limit, "rate_limit"))
+        #: the key its limits are counted per, from a call's arguments
+        self.limit_key: KeyFunction | None = (
+            None
+            if limit_by is None
+            else key_function(func, limit_by, where="@task(limit_by=...)")
+        )
         functools.update_wrapper(self, func)
         if iscoroutinefunction(func):  # for async_to_sync(), Django and asyncio
             markcoroutinefunction(self)
@@ -246,6 +261,9 @@ def task(
     atomic: bool = True,
     time_limit: float | None = None,
     priority: int = 0,
+    concurrency_limit: int | None = None,
+    rate_limit: str | None = None,
+    limit_by: str | Callable[..., Any] | None = None,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
@@ -259,6 +277,9 @@ def task(
     atomic: bool = True,
     time_limit: float | None = None,
     priority: int = 0,
+    concurrency_limit: int | None = None,
+    rate_limit: str | None = None,
+    limit_by: str | Callable[..., Any] | None = None,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Register a function as a delayed task, as ``@task`` or ``@task(...)``.
 
@@ -283,6 +304,13 @@ def task(
     :param priority: the task's priority unless ``schedule()`` names one,
         an integer from -100 to 100 (default 0): among due tasks, a higher
         priority band starts first (see docs/guide/scheduling.md).
+    :param concurrency_limit: at most this many of the task running at once,
+        over every worker process and host (see docs/guide/flow-control.md).
+    :param rate_limit: at most this many starts per second, minute or hour
+        over every worker: ``"100/s"``, ``"10/m"``, ``"500/h"``.
+    :param limit_by: count the limits per value of this parameter of the
+        function, or per value a function of the task's arguments returns
+        (a str): ``limit_by="order_id"``, ``limit_by=lambda sender, text: sender``.
     """
 
     def decorate(fn: Callable[P, R]) -> Task[P, R]:
@@ -294,6 +322,9 @@ def task(
             atomic=atomic,
             time_limit=time_limit,
             priority=priority,
+            concurrency_limit=concurrency_limit,
+            rate_limit=rate_limit,
+            limit_by=limit_by,
         )
         register(registered)
         return registered
@@ -326,7 +357,12 @@ def build(
                 f"pass name=... explicitly."
             )
         given = dataclasses.replace(given, name=f"{fn.__module__}.{fn.__qualname__}")
-    return cls(fn, **given.checked().arguments())
+    try:
+        return cls(fn, **given.checked().arguments())
+    except TypeError as exc:  # limit_by that does not fit the function
+        if isinstance(exc, InvalidTaskDefinition):
+            raise
+        raise InvalidTaskDefinition(str(exc)) from None
 
 
 def register(registered: Task[Any, Any]) -> None:

@@ -9,7 +9,7 @@ Every signal is sent with ``sender=DelayedTask`` and ``task=<the row>``:
   ``run_at=``), ``task_failed`` (also ``error=``) - in the worker, after the
   outcome is committed.
 
-Four more are sent by the machinery rather than for one task, each with the
+Five more are sent by the machinery rather than for one task, each with the
 sender and keyword arguments given:
 
 * ``entry_dead_lettered`` - ``sender=DelayedTask``, ``stream=`` (the ready
@@ -20,7 +20,10 @@ sender and keyword arguments given:
 * ``outbox_replayed`` - ``sender=OutboxEntry``, ``queues=``: outbox entries
   replayed into Redis;
 * ``sweep_finished`` - ``sender=Sweeper`` (the class), ``result=`` (its
-  ``SweepResult``): a sweep pass ended, or was skipped.
+  ``SweepResult``): a sweep pass ended, or was skipped;
+* ``task_throttled`` - ``sender=DelayedTask``, ``queue=`` and ``task_ids=``
+  (a list of ids): in the dispatcher, tasks fell due and wait for a
+  concurrency or rate limit (see docs/guide/flow-control.md).
 
 The metrics (:mod:`django_delayq.metrics`) count by receiving these
 signals: the rest of the package never calls them.
@@ -51,6 +54,7 @@ entry_dead_lettered = Signal()
 outbox_written = Signal()
 outbox_replayed = Signal()
 sweep_finished = Signal()
+task_throttled = Signal()
 
 
 def send_on_commit(signal: Signal, tasks: Sequence[Any], using: str) -> None:

@@ -4,7 +4,9 @@ One read of the database (a few aggregate queries) and one of Redis (two
 round trips), judged:
 
 * **down** (2): Redis or the database does not answer;
-* **degraded** (1): tasks overdue by more than a threshold, outbox entries
+* **degraded** (1): tasks overdue by more than a threshold (a task that
+  waits for a concurrency or rate limit is not late: it is counted apart,
+  with each limit's use), outbox entries
   older than it, a configured shard that no dispatcher leases, a queue that
   no live worker serves, no sweeper that passed within a few of its
   intervals, a periodic schedule behind (see :mod:`.recurring.overview`);
@@ -32,8 +34,11 @@ from django.db import DatabaseError
 from django.db.models import Count, QuerySet
 from django.utils import timezone
 
+from . import registry
 from .conf import get_settings
 from .exceptions import RedisUnavailable
+from .limits.groups import limited_queues
+from .limits.usage import LimitState, limit_states
 from .models import DelayedTask, OutboxEntry, Status, read_db
 from .recurring.overview import (
     BEHIND_AFTER,
@@ -105,6 +110,10 @@ class Report:
     workers: dict[str, list[str]] = field(default_factory=dict)
     sweepers: dict[str, SweeperState] = field(default_factory=dict)
     periodic: list[Periodic] = field(default_factory=list)
+    #: tasks due that wait for a concurrency or rate limit (not overdue)
+    waiting_for_limits: int = 0
+    #: each limit's use (see django_delayq.limits.usage)
+    limits: list[LimitState] = field(default_factory=list)
 
     @property
     def state(self) -> str:
@@ -161,6 +170,7 @@ def _read_database(
         # Both on the (status, run_at) index.
         late = rows.overdue(by=now, grace=threshold)
         overdue = _count(late, limit)
+        waiting = _count(rows.waiting_for_limits(by=now), limit)
         oldest = late.order_by("run_at").values_list("run_at", flat=True).first()
         entries = OutboxEntry.objects.using(db).order_by()
         outbox = _count(entries, limit)
@@ -181,6 +191,7 @@ def _read_database(
         report.flag(DOWN, f"the database does not answer ({type(exc).__name__})")
         return
     report.overdue, report.outbox = overdue, outbox
+    report.waiting_for_limits = waiting
     report.oldest_overdue = _iso(oldest)
     report.oldest_outbox = _iso(oldest_outbox)
     seconds = int(threshold.total_seconds())
@@ -256,9 +267,12 @@ def _read_redis(report: Report) -> None:
     settings = get_settings()
     try:
         client = get_client("schedule")
+        registry.autodiscover()  # the tasks' limits
+        limited = limited_queues()
         shards, live = stats.snapshot(
-            client, settings.key_prefix, settings.queues.values()
+            client, settings.key_prefix, settings.queues.values(), limited
         )
+        report.limits = limit_states(client) if limited else []
     except RedisUnavailable as exc:
         report.redis = f"unreachable: {error_text(exc)}"
         report.flag(DOWN, f"Redis does not answer ({error_text(exc)})")

@@ -139,6 +139,9 @@ DELAYQ = {
     "QUEUES": {"orders": {"shards": 4}, "reports": {}},
     "TEST_KEY_PREFIX": "delayq",
 }
+# The processes the tests of limits start (tests/testapp/limited.py).
+if os.environ.get("DELAYQ_TEST_LIMITED"):
+    DELAYQ["QUEUES"]["limited"] = json.loads(os.environ["DELAYQ_TEST_LIMITED"])
 # Periodic schedules of the commands a test starts as subprocesses, as JSON
 # (tests/acceptance/commands/test_periodic_processes.py).
 if "DELAYQ_TEST_PERIODIC" in os.environ:

@@ -65,6 +65,7 @@ LAYERS: list[tuple[str, str, tuple[str, ...]]] = [
             "django_delayq.lookups",
             "django_delayq.options",
             "django_delayq.registry",
+            "django_delayq.limits",
             "django_delayq.transitions",
             "django_delayq.changes",
             "django_delayq.outcomes",

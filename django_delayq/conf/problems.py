@@ -13,6 +13,7 @@ from typing import Any
 
 from ..text import short_repr
 from . import check_ids
+from .limits import concurrency_problem, rate_problem
 from .redis_settings import connection_problems
 from .schema import (
     DEFAULTS,
@@ -170,6 +171,21 @@ def _queue_problems(queues: Any) -> list[Problem]:
                     hint,
                 )
             )
+        for problem in (
+            concurrency_problem(
+                options.get("concurrency_limit"), f'{where}["concurrency_limit"]'
+            ),
+            rate_problem(options.get("rate_limit"), f'{where}["rate_limit"]'),
+        ):
+            if problem is not None:
+                problems.append(
+                    Problem(
+                        check_ids.QUEUES,
+                        problem,
+                        'For example "QUEUES": {"payments": {"concurrency_limit": '
+                        '20, "rate_limit": "100/s"}}.',
+                    )
+                )
     return problems
 
 

@@ -65,7 +65,7 @@ def indexer_path(test_mode: str) -> str:
 #: The longest time limit a task may have (a week).
 MAX_TIME_LIMIT = 7 * 86400.0
 
-QUEUE_KEYS = {"shards"}
+QUEUE_KEYS = {"shards", "concurrency_limit", "rate_limit"}
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 #: No ":": every key is ``<prefix>:...``, so a prefix holding one would nest
 #: in another ("shop" and "shop:eu"), and neither a key pattern of an ACL

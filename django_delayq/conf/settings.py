@@ -30,6 +30,7 @@ from typing import Any
 from django.conf import settings as django_settings
 
 from ..exceptions import InvalidConfiguration, UnknownQueue
+from .limits import NO_LIMITS, Rule, parse_rate
 from .problems import find_problems
 from .redis_settings import sentinel_node
 from .schema import (
@@ -43,6 +44,8 @@ from .schema import (
 class QueueSettings:
     name: str
     shards: int
+    #: the queue-wide limits (``concurrency_limit``, ``rate_limit``)
+    limits: Rule = NO_LIMITS
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,14 @@ def parse(raw: Any) -> Settings:
     values = {**DEFAULTS, **raw}
     queues = {DEFAULT_QUEUE: QueueSettings(DEFAULT_QUEUE, 1)}
     for name, options in values["QUEUES"].items():
-        queues[name] = QueueSettings(name, options.get("shards", 1))
+        queues[name] = QueueSettings(
+            name,
+            options.get("shards", 1),
+            Rule(
+                options.get("concurrency_limit"),
+                parse_rate(options.get("rate_limit"), "rate_limit"),
+            ),
+        )
     sentinel = None
     if values["REDIS_SENTINEL"] is not None:
         options = {**SENTINEL_KEYS, **values["REDIS_SENTINEL"]}

@@ -22,7 +22,7 @@ from ..store import leases as store
 from ..store.backoff import Backoff
 from ..store.connection import Client
 from ..store.errors import FAILED, Answers
-from ..store.keys import ShardKeys, handover_key
+from ..store.keys import ShardKeys, handover_key, shard_label
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class Shard:
 
     @property
     def label(self) -> str:
-        return f"{self.keys.queue}:{self.keys.shard}"
+        return shard_label(self.keys.queue, self.keys.shard)
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,12 @@ from collections.abc import Sequence
 
 from django.db import DatabaseError
 
+from .. import registry
 from ..conf import get_settings
 from ..db.connections import recycle_connections
 from ..exceptions import RedisUnavailable
 from ..ids import process_name
+from ..limits.groups import limited_queues, shard_numbers
 from ..ownership import (
     OWNER_CHECK_INTERVAL,
     OWNER_RETRY_INTERVAL,
@@ -46,6 +48,7 @@ from ..store.backoff import Backoff
 from ..store.connection import Client, get_client
 from ..store.errors import Answers
 from ..store.keys import ShardKeys, dispatchers_key, handover_key, shard_keys
+from .admission import Admission
 from .leases import Decision, DispatchStats, Leases, Shard
 from .wakeups import WakeListener
 
@@ -89,10 +92,12 @@ class Dispatcher:
         #: on a Redis Cluster each shard's node fails on its own
         self._cluster = settings.cluster
         self.token = process_name(random_digits=8)
+        registry.autodiscover()  # the tasks' limits
+        limited = limited_queues()
         self.shards = [
             Shard(shard_keys(self.prefix, queue.name, number))
             for queue in self.queues
-            for number in range(queue.shards)
+            for number in shard_numbers(queue, limited)
         ]
         self.stats = DispatchStats()
         self.leases = Leases(
@@ -105,6 +110,7 @@ class Dispatcher:
         #: (the rebuild is forced, see store.epochs)
         self._lost: dict[ShardKeys, bool] = {}
         self._stopping = threading.Event()
+        self._admission = Admission(self.stats, self._stopping)
         self._wake = threading.Event()
         self._listener = WakeListener(
             self.shards,
@@ -239,15 +245,15 @@ class Dispatcher:
 
     def _drain_shard(self, client: Client, shard: Shard) -> None:
         """Move what is due on one shard, and time its next due task."""
+        if shard.keys.limited:
+            self._admission.admit(client, shard)
+            self._note_loss(shard, self._admission.last)
+            return
         while not self._stopping.is_set():
             sent = time.monotonic()
             reply = index.move_due(client, shard.keys, self.token, self.batch_size)
             moved, head, redis_now, redis_us = reply[:4]
-            if not reply.marked or reply.reloaded:
-                # Rebuilt once this pass is over (see _rebuild).
-                self._lost[shard.keys] = self._lost.get(shard.keys, False) or (
-                    reply.reloaded
-                )
+            self._note_loss(shard, reply)
             if moved < 0:
                 # Another dispatcher holds the shard now. If a wake-up
                 # brought us here, it was meant for the new owner.
@@ -277,6 +283,13 @@ class Dispatcher:
             shard.due_at = None if head < 0 else sent + (head - redis_ms) / 1000
             break
 
+    def _note_loss(self, shard: Shard, reply: index.Moved | None) -> None:
+        if reply is not None and (not reply.marked or reply.reloaded):
+            # Rebuilt once this pass is over (see _rebuild).
+            self._lost[shard.keys] = self._lost.get(shard.keys, False) or (
+                reply.reloaded
+            )
+
     def _rebuild(self, client: Client) -> None:
         """Redis lost data: rebuild the index of the shards concerned from
         the rows now, take back the leases lost with it, and move again.
@@ -290,10 +303,11 @@ class Dispatcher:
         lost, self._lost = self._lost, {}
         force = any(lost.values())
         settings = get_settings()
+        limited = limited_queues()
         every = [
             shard_keys(self.prefix, queue.name, number)
             for queue in settings.queues.values()
-            for number in range(queue.shards)
+            for number in shard_numbers(queue, limited)
         ]
         concerned: dict[ShardKeys, None] = {}
         for keys in lost:

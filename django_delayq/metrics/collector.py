@@ -16,16 +16,21 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from django.db import DatabaseError, connections
 from django.db.models import Count, Min
 from django.utils import timezone
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from .. import registry
 from ..conf import get_settings
+from ..conf.limits import PERIODS_MS
 from ..exceptions import RedisUnavailable
+from ..limits.groups import limited_queues
+from ..limits.usage import limit_states
 from ..models import DelayedTask, OutboxEntry, overdue_by, read_db
 from ..recurring.overview import STATES, declared_names, schedule_states
 from ..store import stats
@@ -67,6 +72,25 @@ PERIODIC_GAUGES = {
 }
 
 
+#: name -> help, for each limit's gauges (labels: queue, limit).
+LIMIT_GAUGES = {
+    "delayq_limit_running": "Tasks running (or admitted) under the limit.",
+    "delayq_limit_waiting": "Tasks due that wait for the limit (not late).",
+    "delayq_limit_keys_waiting": "limit_by values with tasks waiting.",
+    "delayq_limit_concurrency": "The limit's concurrency_limit (absent: none).",
+    "delayq_limit_rate_per_second": "The limit's rate_limit, per second.",
+}
+
+#: name -> help, for each limit's counters (kept in Redis, from its data's
+#: start: a Redis that lost its data counts again from 0, as a restarted
+#: process does).
+LIMIT_COUNTERS = {
+    "delayq_limit_admitted": "Tasks the limit admitted.",
+    "delayq_limit_throttled": "Tasks that fell due and had to wait for the limit.",
+    "delayq_limit_waited_seconds": "Seconds tasks waited for the limit, summed.",
+}
+
+
 class BacklogCollector(Collector):
     """Gauges per queue, read at scrape time.
 
@@ -93,8 +117,16 @@ class BacklogCollector(Collector):
         yield from families.values()
         yield up
 
-    def _families(self) -> dict[str, GaugeMetricFamily]:
+    def _families(self) -> dict[str, Any]:
         return {
+            **{
+                name: GaugeMetricFamily(name, text, labels=["queue", "limit"])
+                for name, text in LIMIT_GAUGES.items()
+            },
+            **{
+                name: CounterMetricFamily(name, text, labels=["queue", "limit"])
+                for name, text in LIMIT_COUNTERS.items()
+            },
             **{
                 name: GaugeMetricFamily(name, text, labels=["queue"])
                 for name, text in GAUGES.items()
@@ -105,19 +137,39 @@ class BacklogCollector(Collector):
             },
         }
 
-    def _read_redis(
-        self, queues: list[str], families: dict[str, GaugeMetricFamily]
-    ) -> bool:
+    def _read_redis(self, queues: list[str], families: dict[str, Any]) -> bool:
         settings = get_settings()
         try:
             client = get_client("schedule")
+            registry.autodiscover()  # the tasks' limits
+            limited = limited_queues()
             shards, live = stats.snapshot(
-                client, settings.key_prefix, settings.queues.values()
+                client, settings.key_prefix, settings.queues.values(), limited
             )
+            states = limit_states(client) if limited else []
         except RedisUnavailable:
-            for name in _REDIS_GAUGES:
+            for name in [*_REDIS_GAUGES, *LIMIT_GAUGES, *LIMIT_COUNTERS]:
                 del families[name]
             return False
+        for state in states:
+            labels = [state.queue, state.limit]
+            families["delayq_limit_running"].add_metric(labels, state.running)
+            families["delayq_limit_waiting"].add_metric(labels, state.waiting)
+            families["delayq_limit_keys_waiting"].add_metric(labels, state.keys_waiting)
+            if state.concurrency is not None:
+                families["delayq_limit_concurrency"].add_metric(
+                    labels, state.concurrency
+                )
+            if state.rate is not None:
+                count, _, unit = state.rate.partition("/")
+                families["delayq_limit_rate_per_second"].add_metric(
+                    labels, int(count) * 1000 / PERIODS_MS[unit]
+                )
+            families["delayq_limit_admitted"].add_metric(labels, state.admitted)
+            families["delayq_limit_throttled"].add_metric(labels, state.throttled)
+            families["delayq_limit_waited_seconds"].add_metric(
+                labels, state.waited_seconds
+            )
         sums: dict[str, dict[str, int]] = {name: {} for name in _REDIS_GAUGES}
         for queue in queues:
             for values in sums.values():
@@ -137,9 +189,7 @@ class BacklogCollector(Collector):
                 families[name].add_metric([queue], float(value))
         return True
 
-    def _read_database(
-        self, queues: list[str], families: dict[str, GaugeMetricFamily]
-    ) -> bool:
+    def _read_database(self, queues: list[str], families: dict[str, Any]) -> bool:
         now = timezone.now()
         db = read_db()
         try:

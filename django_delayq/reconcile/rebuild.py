@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from functools import reduce
@@ -29,15 +30,21 @@ from django.utils import timezone
 
 from ..conf import get_settings
 from ..exceptions import RedisUnavailable
-from ..models import DelayedTask, write_db
-from ..store import epochs
+from ..limits.groups import group_of_row, rules_of
+from ..models import DelayedTask, Status, write_db
+from ..store import epochs, limits
 from ..store.connection import Client
 from ..store.errors import error_text
 from ..store.keys import ShardKeys
+from ..timing import to_score
+from ..transitions import delivery_of
 from .reads import read_in_run_at_order
 from .shard import Repairs, ShardRows, Window, repair_shard
 
 logger = logging.getLogger(__name__)
+
+#: What a stream entry id looks like (a claim by the testing toolkit is not one).
+STREAM_ID = re.compile(r"^\d+-\d+$")
 
 #: Rows per query batch.
 BATCH = 1000
@@ -94,6 +101,9 @@ def rebuild(
                     error_text(exc),
                 )
     for keys in claimed:
+        if keys.limited:
+            restore_slots(client, db, keys)
+    for keys in claimed:
         if not epochs.mark_rebuilt(client, keys, token):
             # Lost again meanwhile, or taken over: the next move sees it.
             logger.warning(
@@ -103,6 +113,33 @@ def rebuild(
                 keys.shard,
             )
     return claimed, result
+
+
+def restore_slots(client: Client, db: str, keys: ShardKeys) -> None:
+    """Take the limits' slots of the shard's running rows again: they run
+    (or their worker died and the sweeper recovers them), and a limit must
+    count them before it admits anything new."""
+    running = []
+    for row in (
+        DelayedTask.objects.using(db)
+        .filter(queue=keys.queue, shard=keys.shard, status=Status.RUNNING)
+        .only("id", "name", "queue", "args", "kwargs", "claim_entry", "started_at")
+    ):
+        group = group_of_row(row)
+        entry = delivery_of(row.claim_entry)
+        if group is None or not STREAM_ID.match(entry):
+            continue
+        started = row.started_at or timezone.now()
+        running.append((entry, group, to_score(started)))
+    if running:
+        limits.restore(
+            client, keys, rules_of(get_settings().queue(keys.queue)), running
+        )
+        logger.info(
+            "limits of queue %s: took the slots of %d running task(s) again",
+            keys.queue,
+            len(running),
+        )
 
 
 def _scheduled(

@@ -107,6 +107,9 @@ def _reconcile(window: Window, shard: ShardRows, result: Repairs) -> Repairs:
     # An id in any band's stream is on its way to a worker: indexing it
     # again would run it twice.
     in_stream = inspect.stream_task_ids(client, keys.ready_bands)
+    if keys.limited:
+        # Waiting for a limit is on its way too (see django_delayq.limits).
+        in_stream |= inspect.waiting_task_ids(client, keys.base)
     lost = [row for row in rows if not scores[row.pk] and row.pk not in in_stream]
     wrong = [
         row for row in rows if scores[row.pk] and _misplaced(keys, row, scores[row.pk])

@@ -167,12 +167,16 @@ def periodic(
     priority: int = 0,
     time_limit: float | None = None,
     atomic: bool = True,
+    concurrency_limit: int | None = None,
+    rate_limit: str | None = None,
+    limit_by: str | Callable[..., Any] | None = None,
 ) -> Callable[[Callable[P, R]], PeriodicTask[P, R]]:
     """Run a function on a schedule: at the times of a ``cron`` expression,
     or ``every`` so often.
 
     The function becomes a task too (``@task`` options: ``name``,
-    ``queue``, ``max_attempts``, ``priority``, ``time_limit``, ``atomic``),
+    ``queue``, ``max_attempts``, ``priority``, ``time_limit``, ``atomic``,
+    ``concurrency_limit``, ``rate_limit``, ``limit_by``),
     which can be scheduled by hand like any other. Each tick is a task row
     with the dedupe key ``periodic:<name>@<time>``, so it runs once however
     many processes keep the schedule.
@@ -207,6 +211,9 @@ def periodic(
             atomic=atomic,
             time_limit=time_limit,
             priority=priority,
+            concurrency_limit=concurrency_limit,
+            rate_limit=rate_limit,
+            limit_by=limit_by,
             cls=PeriodicTask,
         )
         assert isinstance(built, PeriodicTask)

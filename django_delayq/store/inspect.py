@@ -77,6 +77,25 @@ def stream_task_ids(client: redis.Redis, streams: Sequence[str]) -> set[uuid.UUI
     return ids
 
 
+@translated
+def waiting_task_ids(client: redis.Redis, base: str) -> set[uuid.UUID]:
+    """Every task id waiting for a limit on the limits shard whose keys
+    start with ``base`` (see ``lua/limits.lua``): due, placed in its
+    group's line, not yet admitted."""
+    ids: set[uuid.UUID] = set()
+    groups: Any = client.hkeys(f"{base}:gstate")
+    for group in groups:
+        wait = f"{base}:wait:".encode() + group
+        offset = 0
+        while True:
+            page: Any = client.zrange(wait, offset, offset + PAGE - 1)
+            ids.update(i for i in map(_decode, page) if i is not None)
+            if len(page) < PAGE:
+                break
+            offset += PAGE
+    return ids
+
+
 def _stream_task_ids(client: redis.Redis, stream: str) -> set[uuid.UUID]:
     ids: set[uuid.UUID] = set()
     start = "-"

@@ -15,6 +15,9 @@ every key of one shard lives in one slot and each Lua script touches one slot)::
     <prefix>:{<queue>:<shard>}:epoch  STRING  the shard's index marker (store.epochs)
     <prefix>:{<queue>:<shard>}:activity:<minute>  HASH  counters (store.activity)
 
+A queue's limits shard, ``{<queue>:limits}`` (:data:`LIMITS_SHARD`), has
+the same keys and those of its limits (see ``lua/limits.lua``).
+
 and, per prefix, ``<prefix>:owner`` (see :mod:`django_delayq.ownership`),
 ``<prefix>:workers`` (:func:`workers_key`), ``<prefix>:sweeper`` (the sweep
 lock, :func:`sweeper_lock_key`) and ``<prefix>:sweepers``
@@ -53,6 +56,13 @@ class ShardKeys:
     due_hi: str
     due_lo: str
     epoch: str
+    #: what every key of the shard starts with, its hash tag included
+    base: str = ""
+
+    @property
+    def limited(self) -> bool:
+        """Whether this is a queue's limits shard (:data:`LIMITS_SHARD`)."""
+        return self.shard == LIMITS_SHARD
 
     @property
     def due_bands(self) -> tuple[str, str, str]:
@@ -87,8 +97,17 @@ class ShardKeys:
         return self.ready_bands[BANDS.index(band_of(priority))]
 
 
+#: The shard number of a queue's *limits shard*: the rows of tasks under a
+#: concurrency or rate limit carry it, and their ids are indexed in its
+#: due-sets, whose slot (``{<queue>:limits}``) also holds the limits' state
+#: (see :mod:`django_delayq.limits`). Far above any real shard number (at
+#: most 1024), and within every database's small integer.
+LIMITS_SHARD = 32767
+
+
 def shard_keys(prefix: str, queue: str, shard: int) -> ShardKeys:
-    base = f"{prefix}:{{{queue}:{shard}}}"
+    tag = "limits" if shard == LIMITS_SHARD else shard
+    base = f"{prefix}:{{{queue}:{tag}}}"
     return ShardKeys(
         queue,
         shard,
@@ -102,7 +121,13 @@ def shard_keys(prefix: str, queue: str, shard: int) -> ShardKeys:
         due_hi=f"{base}:due:hi",
         due_lo=f"{base}:due:lo",
         epoch=f"{base}:epoch",
+        base=base,
     )
+
+
+def shard_label(queue: str, shard: int) -> str:
+    """How reports name a shard: ``orders:3``, or ``orders:limits``."""
+    return f"{queue}:{'limits' if shard == LIMITS_SHARD else shard}"
 
 
 def sweeper_lock_key(prefix: str) -> str:

@@ -26,7 +26,7 @@ errors and timeouts propagate: the caller decides how to degrade.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -34,7 +34,14 @@ import redis
 
 from ..conf import QueueSettings
 from .errors import translated
-from .keys import ShardKeys, shard_keys, sweepers_key, workers_key
+from .keys import (
+    LIMITS_SHARD,
+    ShardKeys,
+    shard_keys,
+    shard_label,
+    sweepers_key,
+    workers_key,
+)
 from .streams import GROUP
 
 #: Commands :func:`snapshot` queues per band's due-set, per band stream,
@@ -72,7 +79,7 @@ class ShardState:
 
     @property
     def label(self) -> str:
-        return f"{self.queue}:{self.shard}"
+        return shard_label(self.queue, self.shard)
 
 
 class Snapshot(NamedTuple):
@@ -84,14 +91,20 @@ class Snapshot(NamedTuple):
 
 @translated
 def snapshot(
-    client: redis.Redis, prefix: str, queues: Iterable[QueueSettings]
+    client: redis.Redis,
+    prefix: str,
+    queues: Iterable[QueueSettings],
+    limited: Collection[str] = (),
 ) -> Snapshot:
-    """Read the state of every shard of ``queues``, and the live processes,
-    in one round trip."""
+    """Read the state of every shard of ``queues`` (and the limits shards
+    of those ``limited``), and the live processes, in one round trip."""
     shards = [
         shard_keys(prefix, queue.name, number)
         for queue in queues
-        for number in range(queue.shards)
+        for number in [
+            *range(queue.shards),
+            *([LIMITS_SHARD] if queue.name in limited else []),
+        ]
     ]
     pipe = client.pipeline(transaction=False)
     for keys in shards:

@@ -16,14 +16,16 @@ from dataclasses import dataclass
 from django.db import DatabaseError
 from django.utils import timezone
 
-from .. import signals
+from .. import registry, signals
 from ..conf import get_settings
 from ..exceptions import RedisUnavailable
 from ..ids import process_name
+from ..limits.groups import limited_queues, shard_numbers
 from ..models import DelayedTask, Status, write_db
 from ..outbox import replay_outbox
 from ..ownership import check_prefix_if_reachable
 from ..reconcile.reads import read_in_run_at_order
+from ..reconcile.rebuild import restore_slots
 from ..reconcile.shard import Repairs, ShardRows, Window, repair_shard
 from ..recurring.keeper import Keeper
 from ..store import epochs, leases
@@ -313,6 +315,8 @@ class Sweeper:
                     running.get((queue, shard), []),
                 )
                 result.add(repair_shard(window, rows))
+                if (queue, shard) in claimed and rows.keys.limited:
+                    restore_slots(client, self.db, rows.keys)
                 if (queue, shard) in claimed:
                     # False if the claim expired during a long pass: the
                     # next move sees the marker gone and rebuilds again.
@@ -349,10 +353,12 @@ class Sweeper:
         return claimed
 
     def _configured_shards(self) -> set[tuple[str, int]]:
+        registry.autodiscover()  # the tasks' limits
+        limited = limited_queues()
         return {
             (queue.name, number)
             for queue in self.settings.queues.values()
-            for number in range(queue.shards)
+            for number in shard_numbers(queue, limited)
         }
 
     # -- 5. prune ---------------------------------------------------------------

@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from .. import registry, signals, transitions
 from ..exceptions import TaskNotRegistered
+from ..limits.slots import Slots
 from ..models import DelayedTask, Status, write_db
 from ..store import activity, streams
 from ..store.connection import Client
@@ -62,6 +63,8 @@ class Batch:
     :param early_wait: how long an entry that arrived a little before its
         task's ``run_at`` (by this machine's clock) is held until then.
     :param watchdog: told what this thread claims and runs, for time limits.
+    :param slots: the limits' slots the process holds
+        (:mod:`django_delayq.limits.slots`).
     """
 
     def __init__(
@@ -74,8 +77,10 @@ class Batch:
         release: Callable[[list[streams.Entry]], None],
         early_wait: float,
         watchdog: Watchdog,
+        slots: Slots | None = None,
     ) -> None:
         self.client = client
+        self.slots = slots or Slots(())
         self.consumer = consumer
         self.dead = dead
         self.pacer = pacer
@@ -101,6 +106,11 @@ class Batch:
             malformed = Outcome(Disposition.DEAD, "not a task id entry")
             self._settle(pending, entry, malformed)
             counts.dead_lettered += 1
+        # Under limits: only deliveries that still hold their slots run; the
+        # others went back to wait for admission, their entries dropped.
+        limited = [e for e in pending if e.task_id and self.slots.limited(e)]
+        if limited:
+            self._finish(pending, self.slots.confirm(self.client, limited))
         claimed = self._claim(pending)
         self.watchdog.hold(item.row for item in claimed)
         try:
@@ -146,7 +156,12 @@ class Batch:
             row = by_delivery.get((entry.task_id, entry.entry_id.decode()))
             if row is None:
                 continue
-            late_ms = lateness(row.run_at, row.created_at, now) * 1000
+            if self.slots.limited(entry):
+                # It waited for its limits until admitted: late is what it
+                # waited since (see limits), not since its run_at.
+                late_ms = max(0.0, now.timestamp() * 1000 - entry_ms(entry))
+            else:
+                late_ms = lateness(row.run_at, row.created_at, now) * 1000
             try:
                 task = registry.get(row.name)
             except TaskNotRegistered as exc:
@@ -261,9 +276,16 @@ class Batch:
             # Even if the acknowledgement failed: the entries are then
             # reclaimed later, and their rows (now finished) make that a
             # no-op.
+            self.slots.release(self.client, entries)
             for entry in entries:
                 self._forget(pending, entry)
 
     def _forget(self, pending: list[streams.Entry], entry: streams.Entry) -> None:
         pending.remove(entry)
         self.release([entry])
+        self.slots.release(self.client, [entry])
+
+
+def entry_ms(entry: streams.Entry) -> float:
+    """When a stream entry was added, epoch ms (its id's first part)."""
+    return float(entry.entry_id.split(b"-", 1)[0])

@@ -38,6 +38,7 @@ from ..conf import get_settings
 from ..exceptions import (
     TaskNotRegistered,
 )
+from ..limits.slots import note_start
 from ..models import DelayedTask, OutboxEntry, Status, write_db
 from ..outbox import index_after_commit
 from ..outcomes import (
@@ -245,12 +246,14 @@ def run_alone(
                 # know the task's work and its success were committed.
                 transaction.on_commit(lambda: committed.append(True), using=db)
                 with watchdog.running(row, limit):
+                    note_start(row)
                     value = registered.run(row.args, row.kwargs, limit)
                 result = stored_value(row, value)
                 if not transitions.succeed(row, result, started, timezone.now(), db):
                     raise Fenced
         else:
             with watchdog.running(row, limit):
+                note_start(row)
                 value = registered.run(row.args, row.kwargs, limit)
             result = stored_value(row, value)
             if not transitions.succeed(row, result, started, timezone.now(), db):

@@ -39,6 +39,7 @@ from django.utils import timezone
 
 from .. import registry, transitions
 from ..db.savepoints import TaskSavepoints, TransactionLost
+from ..limits.slots import note_start
 from ..models import DelayedTask
 from ..outcomes import Verdict, record_failure, report_start, report_success
 from .attempts import (
@@ -285,6 +286,7 @@ def _run_one(
         try:
             with savepoints.around_task():
                 with watchdog.running(row, limit):
+                    note_start(row)
                     value = registered.run(row.args, row.kwargs, limit)
                 value = stored_value(row, value)
         finally:

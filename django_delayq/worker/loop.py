@@ -27,10 +27,13 @@ from ..conf import get_settings
 from ..db.connections import recycle_connections
 from ..exceptions import RedisUnavailable, WorkerStuck
 from ..ids import process_name
+from ..limits.groups import limited_queues, shard_numbers
+from ..limits.slots import Slots
 from ..store import streams
 from ..store.backoff import Backoff
 from ..store.connection import BlockingReads, Client, get_client
 from ..store.keys import shard_keys
+from ..store.limits import RENEW_EVERY
 from . import membership
 from .batch import Batch
 from .board import Board
@@ -119,11 +122,15 @@ class Worker:
             )
         self.visibility_timeout = visibility_timeout or settings.visibility_timeout
         self.name = process_name()
+        registry.autodiscover()  # the tasks' limits
+        limited = limited_queues()
         keys = [
             shard_keys(settings.key_prefix, queue.name, number)
             for queue in self.queues
-            for number in range(queue.shards)
+            for number in shard_numbers(queue, limited)
         ]
+        #: the limits' slots this process holds (see django_delayq.limits.slots)
+        self.slots = Slots(keys)
         #: each shard's ready streams, highest band first
         self.shards = [k.ready_bands for k in keys]
         self.streams = [stream for bands in self.shards for stream in bands]
@@ -253,10 +260,15 @@ class Worker:
         # The main thread keeps the heartbeat going, also while a graceful
         # stop lets the tasks in flight finish.
         beat = membership.beat_seconds(self.visibility_timeout)
-        next_beat = time.monotonic() + beat
+        next_beat = next_renewal = time.monotonic() + beat
         given_up: set[int] = set()
         while alive := [t for t in threads if t.is_alive() and t.ident not in given_up]:
             alive[0].join(timeout=min(beat, WATCH_INTERVAL))
+            if self.slots.by_stream:
+                renew = time.monotonic() >= next_renewal
+                self._keep_slots(client, renew=renew)
+                if renew:
+                    next_renewal = time.monotonic() + RENEW_EVERY
             if self._stopping.is_set():
                 # Again at each look: a read whose server does not close its
                 # connection is cut harder (see BlockingReads.end).
@@ -277,6 +289,16 @@ class Worker:
                 next_beat = time.monotonic() + beat
         return len(given_up)
 
+    def _keep_slots(self, client: Client, *, renew: bool) -> None:
+        """Report the functions started under limits; with ``renew``, renew
+        the slots held (see django_delayq.limits.slots)."""
+        try:
+            self.slots.report_starts(client)
+            if renew:
+                self.slots.renew(client)
+        except RedisUnavailable as exc:
+            logger.warning("worker %s: could not renew its slots: %s", self.name, exc)
+
     def _consume(self, consumer: str, once: bool) -> None:
         client = get_client("blocking")
         batch = Batch(
@@ -287,6 +309,7 @@ class Worker:
             release=self._in_flight.release,
             early_wait=min(self.visibility_timeout / 3, 5.0),
             watchdog=self.watchdog,
+            slots=self.slots,
         )
         backoff = Backoff(f"worker {consumer}", logger, again="working again")
         try:

@@ -13,3 +13,12 @@ class Ledger(models.Model):
     key = models.CharField(max_length=100)
     pid = models.IntegerField()
     at = models.DateTimeField()
+
+
+class Run(models.Model):
+    """One run of a task under limits: when it started and ended."""
+
+    key = models.CharField(max_length=100)
+    pid = models.IntegerField()
+    started = models.FloatField()
+    ended = models.FloatField()

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
@@ -50,6 +51,17 @@ class Command(BaseCommand):
             sys.exit(report.level)
 
 
+def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return [
+        "  "
+        + "  ".join(
+            cell.ljust(width) for cell, width in zip(row, widths, strict=True)
+        ).rstrip()
+        for row in [header, *rows]
+    ]
+
+
 def _text(report: Report) -> str:
     # The names of the processes and the queues they serve are read from
     # Redis, where anyone with write access there can put anything: shown
@@ -72,6 +84,11 @@ def _text(report: Report) -> str:
             f"Periodic schedules: {len(report.periodic)} ("
             + ", ".join(f"{state} {states[state]}" for state in sorted(states))
             + f"), behind {behind}"
+        )
+    if report.waiting_for_limits:
+        lines.append(
+            f"Waiting for limits: {report.waiting_for_limits} task(s) due, "
+            f"not late (see Limits)"
         )
     lines.append(f"Redis: {report.redis}")
     if report.shards:
@@ -96,16 +113,34 @@ def _text(report: Report) -> str:
             )
             for s in report.shards
         ]
-        widths = [
-            max(len(row[i]) for row in [header, *rows]) for i in range(len(header))
-        ]
-        for row in [header, *rows]:
-            lines.append(
-                "  "
-                + "  ".join(
-                    cell.ljust(width) for cell, width in zip(row, widths, strict=True)
-                ).rstrip()
-            )
+        lines += _table(header, rows)
+    if report.limits:
+        lines.append("Limits:")
+        lines += _table(
+            (
+                "queue",
+                "limit",
+                "allows",
+                "running",
+                "waiting",
+                "keys",
+                "throttled",
+                "waited",
+            ),
+            [
+                (
+                    state.queue,
+                    printable(state.limit),
+                    state.rule,
+                    str(state.running),
+                    str(state.waiting),
+                    str(state.keys_waiting),
+                    str(state.throttled),
+                    f"{state.waited_seconds:.1f} s",
+                )
+                for state in report.limits
+            ],
+        )
     for token, shards in sorted(report.dispatchers.items()):
         lines.append(f"Dispatcher {printable(token)}: {', '.join(shards)}")
     for name, queues in sorted(report.workers.items()):
