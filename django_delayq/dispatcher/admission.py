@@ -63,6 +63,10 @@ class Admission:
                 reply.marked,
                 reply.reloaded,
             )
+            if not reply.marked:
+                # Redis lost the shard's data: rebuilt first (see the loop).
+                shard.due_at = time.monotonic()
+                return
             if reply.admitted:
                 self.stats.moved += reply.admitted
                 self.stats.batches += 1

@@ -59,6 +59,14 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[2]) % 1000
 
+-- After Redis lost the shard's data, nothing is admitted until the rebuild
+-- took the running rows' slots again and set the marker back (see
+-- reconcile/rebuild.py): a slot lost with the data must not be given away.
+-- (A marker "repairing:..." is a rebuild under way: not yet.)
+local state = redis.call('GET', KEYS[5])
+local exists = state ~= false and state ~= nil
+local marked = exists and string.sub(state, 1, 8) == 'rebuilt:'
+
 local rules = {}
 local a = 6
 for _ = 1, tonumber(ARGV[5]) do
@@ -241,6 +249,9 @@ end
 -- that then finds another of its limits full goes to wait for that one,
 -- so the limit opened may still have room for the next group: asked again.
 local function settle()
+  if not marked then
+    return
+  end
   for _ = 1, 16 do
     take_turns()
     local again = false
@@ -264,6 +275,9 @@ end
 
 -- Limits whose time came: their waiting groups get turns again.
 local function wake_timed()
+  if not marked then
+    return
+  end
   local due = redis.call('ZRANGEBYSCORE', TIMED, '-inf', now)
   for i = 1, #due do
     redis.call('ZREM', TIMED, due[i])
@@ -354,6 +368,11 @@ end
 
 if op == 'admit' then
   -- ARGV: n placed, then (id, group, order) each; n dropped, then ids.
+  if not marked then
+    -- Nothing moves until the rebuild: the caller rebuilds (the marker is
+    -- gone) or waits for another's (it says "repairing"), then calls again.
+    return {0, now + 200, now, now_us, exists and 1 or 0, 0}
+  end
   local n = tonumber(ARGV[a])
   a = a + 1
   local placed = {}
@@ -404,7 +423,7 @@ if op == 'admit' then
   if timed[2] ~= nil and (head < 0 or tonumber(timed[2]) < head) then
     head = tonumber(timed[2])
   end
-  local reply = {admitted, head, now, now_us, redis.call('EXISTS', KEYS[5]), #throttled}
+  local reply = {admitted, head, now, now_us, 1, #throttled}
   for i = 1, #throttled do
     reply[#reply + 1] = throttled[i]
   end
@@ -449,7 +468,7 @@ if op == 'confirm' then
   for i = a, #ARGV, 2 do
     local entry, id = ARGV[i], ARGV[i + 1]
     local group = redis.call('HGET', ADMITTED, entry)
-    local holds = group ~= false and group ~= nil
+    local holds = marked and group ~= false and group ~= nil
     local limits = holds and limits_of(group) or {}
     for j = 1, #limits do
       local rule = rules[class_of(limits[j])]
