@@ -23,8 +23,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from .. import registry
 from ..conf import get_settings
 from ..exceptions import InvalidConfiguration, RedisUnavailable
+from ..limits.groups import limited_queues
+from ..limits.usage import LimitState, limit_states
 from ..models import Status
 from ..store import activity, stats
 from ..store.connection import get_client
@@ -69,6 +72,8 @@ class RedisView:
     problems: list[str] = field(default_factory=list)
     #: the workers' counters of the last hour, oldest minute first
     minutes: list[activity.Minute] = field(default_factory=list)
+    #: each concurrency or rate limit's use (see django_delayq.limits)
+    limits: list[LimitState] = field(default_factory=list)
     due: int = 0
     waiting: int = 0
     pending: int = 0
@@ -178,9 +183,12 @@ def read_redis(now: datetime.datetime) -> RedisView:
     try:
         client = get_client("schedule")
         location = stats.describe(client)
+        registry.autodiscover()  # the tasks' limits
+        limited = limited_queues()
         shards, live = stats.snapshot(
-            client, settings.key_prefix, settings.queues.values()
+            client, settings.key_prefix, settings.queues.values(), limited
         )
+        limits = limit_states(client) if limited else []
         alive = live.workers
         minutes = activity.read_hour(
             client, settings.key_prefix, settings.queues.values(), now
@@ -192,7 +200,7 @@ def read_redis(now: datetime.datetime) -> RedisView:
             error_text(exc),
         )
         return RedisView(location=location, error=error_text(exc))
-    view = RedisView(location=location, minutes=minutes)
+    view = RedisView(location=location, minutes=minutes, limits=limits)
     holders: dict[str, Dispatcher] = {}
     workers: dict[str, dict[str, Any]] = {}
     for state in shards:

@@ -40,6 +40,8 @@ class DatabaseFigures:
     totals: list[int]  # one per status
     total: int
     overdue: int
+    #: tasks due that wait for a concurrency or rate limit (not overdue)
+    waiting_for_limits: int
     oldest_overdue: datetime.datetime | None
     overdue_tasks: list[DelayedTask]
     outbox: int
@@ -121,6 +123,7 @@ def read(now: datetime.datetime | None = None) -> DatabaseFigures:
         totals=totals,
         total=sum(totals),
         overdue=overdue["n"],
+        waiting_for_limits=tasks.waiting_for_limits(by=now).count(),
         oldest_overdue=overdue["oldest"],
         overdue_tasks=overdue_tasks,
         outbox=outbox["n"],

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 
 from .. import registry
 from ..conf import get_settings
@@ -188,6 +188,11 @@ class Dispatcher:
             self._hand_back(client)
             if keeper is not None:
                 keeper.stop()
+            if not once:
+                # The rows the admission of limits read (see .admission):
+                # this thread's connections go with it. A once pass runs in
+                # its caller's thread, whose connections are the caller's.
+                connections.close_all()
         return self.stats
 
     def stop(self) -> None:

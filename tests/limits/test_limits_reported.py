@@ -94,3 +94,20 @@ def test_the_metrics_show_each_limit(five_due_two_admitted):
     assert value(samples, "delayq_limit_admitted_total", **labels) == 2
     assert value(samples, "delayq_overdue_backlog", queue="limited") == 0
     assert DelayedTask.objects.waiting_for_limits(by=timezone.now()).count() == 5
+
+
+def test_the_admin_dashboard_shows_each_limit_and_the_tasks_waiting(
+    five_due_two_admitted, admin_client
+):
+    from django.urls import reverse
+
+    from tests.admin.test_dashboard import DASHBOARD, section
+
+    response = admin_client.get(reverse(DASHBOARD))
+    assert response.status_code == 200
+    limits = section(response, "delayq-limits")
+    assert "Queue Limit Allows Running Waiting Keys waiting Throttled Waited" in limits
+    assert f"limited {NAME} 2 at once 2 3 0 3" in limits
+    assert "5 tasks due wait for their limits: not counted as overdue." in limits
+    # Not listed as overdue.
+    assert 'id="delayq-overdue-tasks"' not in response.content.decode()

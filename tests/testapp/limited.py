@@ -47,6 +47,15 @@ def one_per_tenant(tenant: str, key: str, seconds: float = 0.0) -> str:
     return _run(key, seconds)
 
 
+def _sender(message: dict[str, str]) -> str:
+    return message["sender"]  # a KeyError for a message without one
+
+
+@task(queue=QUEUE, rate_limit="100/s", limit_by=_sender)
+def per_sender(message: dict[str, str]) -> None:
+    """Its key function raises on some arguments."""
+
+
 @task(queue=QUEUE)
 def unlimited_on_a_limited_queue(key: str, seconds: float = 0.0) -> str:
     return _run(key, seconds)
@@ -58,5 +67,6 @@ TASKS = [
     one_per_order,
     five_a_second,
     one_per_tenant,
+    per_sender,
     unlimited_on_a_limited_queue,
 ]

@@ -580,7 +580,7 @@ if op == 'usage' then
         seen[class] = true
         local e = entry_of(class)
         e[2] = e[2] + waiting
-        if waiting > 0 then
+        if waiting > 0 and string.find(limits[j], '\31', 1, true) then
           e[3] = e[3] + 1
         end
       end

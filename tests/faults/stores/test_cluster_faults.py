@@ -462,3 +462,53 @@ def test_one_primary_loses_its_data_alone(cluster_rig: ClusterRig) -> None:
     started = dict(Ledger.objects.values_list("key", "at"))
     late = [(started[task.args[0]] - task.run_at).total_seconds() for task in due_after]
     assert max(late) <= 3.0, f"{len(late)} due after the loss, max {max(late):.2f} s"
+
+
+def test_limits_hold_with_their_state_in_one_slot(
+    cluster: RedisCluster, settings: Any, transactional_db: None
+) -> None:
+    """A queue's limits live in the slot of its limits shard: a concurrency
+    limit and a rate limit hold across worker threads, with no CROSSSLOT,
+    while the queue's other shards are on other nodes."""
+    from django_delayq import registry
+    from django_delayq.store.keys import LIMITS_SHARD
+    from tests.limits.conftest import serving
+    from tests.testapp import limited
+    from tests.testapp.models import Run
+
+    settings.DELAYQ = {
+        "REDIS_URL": cluster.url,
+        "REDIS_CLUSTER": True,
+        "QUEUES": {"orders": {"shards": SHARDS}, "reports": {}, "limited": {}},
+        **FAULT_DELAYQ,
+    }
+    connection.reset()
+    for task in limited.TASKS:
+        registry.register(task)
+    try:
+        keys = shard_keys("delayq", "limited", LIMITS_SHARD)
+        assert keys.ready.startswith("delayq:{limited:limits}")
+        for i in range(6):
+            schedule(limited.two_at_once, args=[f"c{i}", 0.2])
+        for i in range(8):
+            schedule(limited.five_a_second, args=[f"r{i}"])
+        with serving(threads=6):
+            wait_for(lambda: Run.objects.count() == 14, 60, "every run")
+    finally:
+        for task in limited.TASKS:
+            registry.unregister(task.name)
+    runs = list(Run.objects.all())
+    concurrent = [r for r in runs if r.key.startswith("c")]
+    events = sorted(
+        [(r.started, 1) for r in concurrent] + [(r.ended, -1) for r in concurrent]
+    )
+    at_once = most = 0
+    for _, change in events:
+        at_once += change
+        most = max(most, at_once)
+    assert most == 2
+    starts = sorted(r.started for r in runs if r.key.startswith("r"))
+    assert all(
+        len([s for s in starts[i:] if s < start + 1.0]) <= 5
+        for i, start in enumerate(starts)
+    )

@@ -215,3 +215,50 @@ def test_the_old_sentinel_primary_comes_back_with_stale_data(
         ),
         notes=lambda: sweep_totals(sweeper),
     )
+
+
+def test_limits_hold_through_a_failover(
+    sentinels: SentinelSet, settings: Any, transactional_db: None
+) -> None:
+    """The primary killed while tasks under a concurrency limit run and
+    wait: the promoted replica's limits are rebuilt from the rows before
+    anything more is admitted; every task runs to its end once."""
+    from django_delayq import registry
+    from tests.limits.conftest import serving
+    from tests.testapp import limited
+    from tests.testapp.models import Run
+
+    settings.DELAYQ = {
+        "REDIS_SENTINEL": sentinels.settings(),
+        "QUEUES": {"orders": {"shards": 4}, "reports": {}, "limited": {}},
+        **FAULT_DELAYQ,
+    }
+    connection.reset()
+    for task in limited.TASKS:
+        registry.register(task)
+    try:
+        tasks = [schedule(limited.two_at_once, args=[f"f{i}", 0.5]) for i in range(8)]
+        with serving(threads=4):
+            wait_for(lambda: Run.objects.count() >= 2, 60, "two runs")
+            sentinels.kill_primary()
+            wait_for(
+                lambda: (
+                    DelayedTask.objects.filter(
+                        pk__in=[t.pk for t in tasks], status="succeeded"
+                    ).count()
+                    == len(tasks)
+                ),
+                120,
+                "every task succeeded after the failover",
+            )
+    finally:
+        for task in limited.TASKS:
+            registry.unregister(task.name)
+    runs = list(Run.objects.all())
+    events = sorted([(r.started, 1) for r in runs] + [(r.ended, -1) for r in runs])
+    at_once = most = 0
+    for _, change in events:
+        at_once += change
+        most = max(most, at_once)
+    assert most <= 2
+    assert sorted(r.key for r in runs) == sorted(f"f{i}" for i in range(8))
