@@ -86,7 +86,7 @@ local STATS = base .. ':stats'
 -- The order score: (100 - priority) * ORDER + due ms, exact in a double.
 local ORDER = 10000000000000
 local RESERVE = 30000
-local MARGIN = 10
+local MARGIN = 20
 
 local function limits_of(group)
   local out = {}
