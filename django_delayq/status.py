@@ -268,7 +268,7 @@ def _read_redis(report: Report) -> None:
     try:
         client = get_client("schedule")
         registry.autodiscover()  # the tasks' limits
-        limited = limited_queues()
+        limited = limited_queues(client)
         shards, live = stats.snapshot(
             client, settings.key_prefix, settings.queues.values(), limited
         )

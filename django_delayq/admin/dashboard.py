@@ -184,7 +184,7 @@ def read_redis(now: datetime.datetime) -> RedisView:
         client = get_client("schedule")
         location = stats.describe(client)
         registry.autodiscover()  # the tasks' limits
-        limited = limited_queues()
+        limited = limited_queues(client)
         shards, live = stats.snapshot(
             client, settings.key_prefix, settings.queues.values(), limited
         )

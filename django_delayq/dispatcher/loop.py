@@ -93,7 +93,7 @@ class Dispatcher:
         self._cluster = settings.cluster
         self.token = process_name(random_digits=8)
         registry.autodiscover()  # the tasks' limits
-        limited = limited_queues()
+        limited = limited_queues(get_client("loop"))
         self.shards = [
             Shard(shard_keys(self.prefix, queue.name, number))
             for queue in self.queues
@@ -308,7 +308,7 @@ class Dispatcher:
         lost, self._lost = self._lost, {}
         force = any(lost.values())
         settings = get_settings()
-        limited = limited_queues()
+        limited = limited_queues(client)
         every = [
             shard_keys(self.prefix, queue.name, number)
             for queue in settings.queues.values()

@@ -10,6 +10,7 @@ tasks in order, and takes turns between groups.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 from collections.abc import Sequence
@@ -19,8 +20,10 @@ from .. import registry
 from ..conf import get_settings
 from ..conf.limits import Rule
 from ..conf.settings import QueueSettings
-from ..exceptions import InvalidArgument, TaskNotRegistered
-from ..store.keys import LIMITS_SHARD
+from ..exceptions import InvalidArgument, RedisUnavailable, TaskNotRegistered
+from ..store import limits
+from ..store.connection import Client
+from ..store.keys import LIMITS_SHARD, shard_keys
 
 #: The class of a queue's own limits.
 QUEUE = "queue"
@@ -108,10 +111,16 @@ def rules_of(queue: QueueSettings) -> dict[str, Rule]:
     return rules
 
 
-def limited_queues() -> set[str]:
+def limited_queues(client: Client | None = None) -> set[str]:
     """The configured queues that have a limits shard: those with limits of
     their own, and those of tasks with limits (which run on their own
-    queue only, so that one counter holds each limit)."""
+    queue only, so that one counter holds each limit).
+
+    With ``client``, also those whose limits shard still indexes tasks,
+    though no limit is declared for them any more (a deploy removed it):
+    the loops serve it until it drains, its tasks admitted at once. A Redis
+    that does not answer adds none.
+    """
     settings = get_settings()
     names = {name for name, queue in settings.queues.items() if queue.limits}
     names.update(
@@ -119,7 +128,16 @@ def limited_queues() -> set[str]:
         for task in registry.all_tasks().values()
         if task.limit_rule
     )
-    return names & set(settings.queues)
+    names &= set(settings.queues)
+    if client is not None:
+        others = [
+            shard_keys(settings.key_prefix, name, LIMITS_SHARD)
+            for name in settings.queues
+            if name not in names
+        ]
+        with contextlib.suppress(RedisUnavailable):  # serves none, as before
+            names.update(keys.queue for keys in limits.holding(client, others))
+    return names
 
 
 def shard_numbers(queue: QueueSettings, limited: set[str]) -> list[int]:

@@ -142,7 +142,7 @@ class BacklogCollector(Collector):
         try:
             client = get_client("schedule")
             registry.autodiscover()  # the tasks' limits
-            limited = limited_queues()
+            limited = limited_queues(client)
             shards, live = stats.snapshot(
                 client, settings.key_prefix, settings.queues.values(), limited
             )

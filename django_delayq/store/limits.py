@@ -219,6 +219,25 @@ def restore(
         _run(client, keys, "restore", rules, args)
 
 
+@translated
+def holding(client: Client, shards: Sequence[ShardKeys]) -> list[ShardKeys]:
+    """Those of the limits ``shards`` that still index tasks (due, waiting,
+    or delivered): one round trip."""
+    if not shards:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for keys in shards:
+        pipe.exists(*keys.due_bands)
+        pipe.exists(keys.ready)
+        pipe.exists(f"{keys.base}:gstate")
+    replies = pipe.execute()
+    return [
+        keys
+        for at, keys in enumerate(shards)
+        if any(int(reply) for reply in replies[at * 3 : at * 3 + 3])
+    ]
+
+
 @dataclass
 class LimitUse:
     """One limit class on one queue, now."""

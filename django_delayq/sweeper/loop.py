@@ -354,7 +354,7 @@ class Sweeper:
 
     def _configured_shards(self) -> set[tuple[str, int]]:
         registry.autodiscover()  # the tasks' limits
-        limited = limited_queues()
+        limited = limited_queues(get_client("loop"))
         return {
             (queue.name, number)
             for queue in self.settings.queues.values()

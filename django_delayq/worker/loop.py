@@ -123,7 +123,7 @@ class Worker:
         self.visibility_timeout = visibility_timeout or settings.visibility_timeout
         self.name = process_name()
         registry.autodiscover()  # the tasks' limits
-        limited = limited_queues()
+        limited = limited_queues(get_client("loop"))
         keys = [
             shard_keys(settings.key_prefix, queue.name, number)
             for queue in self.queues

@@ -157,3 +157,30 @@ def _running(tasks):
     return DelayedTask.objects.filter(
         pk__in=[t.pk for t in tasks], status=Status.RUNNING
     ).count()
+
+
+def test_tasks_left_under_a_limit_removed_since_still_run(limited_queue):
+    """A deploy removes every limit of a queue while tasks wait under them:
+    the loops still serve its limits shard until it drains."""
+    from django_delayq import registry
+    from tests.testapp import limited
+
+    limited_queue["options"]["concurrency_limit"] = 1
+    limited_queue["apply"]()
+    tasks = [
+        schedule(unlimited_on_a_limited_queue, args=[f"left-{i}"]) for i in range(3)
+    ]
+    assert {t.shard for t in tasks} == {LIMITS_SHARD}
+    # Indexed, as the commit of each schedule() did; then the limits go.
+    del limited_queue["options"]["concurrency_limit"]
+    limited_queue["apply"]()
+    for task in limited.TASKS:
+        if task.limit_rule:
+            registry.unregister(task.name)
+    with serving(threads=2):
+        wait_for(lambda: Run.objects.count() == 3, what="the tasks left")
+    assert sorted(Run.objects.values_list("key", flat=True)) == [
+        "left-0",
+        "left-1",
+        "left-2",
+    ]
