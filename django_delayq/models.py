@@ -13,6 +13,7 @@ from django.utils.translation import gettext_lazy as _
 
 from .ids import uuid7
 from .store.keys import LIMITS_SHARD
+from .timing import lateness
 
 
 class Status(models.TextChoices):
@@ -31,6 +32,16 @@ TERMINAL_STATUSES = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
 #: MariaDB), about the model's conditional constraint and index: what they
 #: would guard is taken care of there (see DelayedTask.check).
 _HANDLED_ON_MYSQL = frozenset({"models.W036", "models.W037"})
+
+
+def _entry_time(claim_entry: str) -> datetime.datetime | None:
+    """When the stream entry a claim names was added (its id is
+    ``<epoch ms>-<sequence>``, maybe with a batch mark after); None if
+    the claim names no stream entry (the testing toolkit's)."""
+    ms, _, rest = claim_entry.partition("-")
+    if not ms.isdigit() or not rest:
+        return None
+    return datetime.datetime.fromtimestamp(int(ms) / 1000, datetime.UTC)
 
 
 def due_by(moment: datetime.datetime) -> Q:
@@ -213,6 +224,20 @@ class DelayedTask(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} [{self.status}] {self.id}"
+
+    def start_lateness(self) -> float:
+        """Seconds its current attempt started after it could
+        (:func:`~django_delayq.timing.lateness`): after its ``run_at``, or,
+        under concurrency or rate limits, after its limits admitted it: the
+        wait for them is not lateness. The admission is the moment its
+        delivery was added to the stream, which the claim keeps."""
+        assert self.started_at is not None
+        due = self.run_at
+        if self.shard == LIMITS_SHARD:
+            admitted = _entry_time(self.claim_entry)
+            if admitted is not None:
+                due = max(due, admitted)
+        return lateness(due, self.created_at, self.started_at)
 
     @classmethod
     def check(cls, **kwargs: Any) -> list[CheckMessage]:

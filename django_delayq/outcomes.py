@@ -28,7 +28,7 @@ from . import signals, transitions
 from .conf import get_settings
 from .models import DelayedTask, OutboxEntry, Status, write_db
 from .outbox import index_after_commit
-from .timing import ceil_ms, lateness
+from .timing import ceil_ms
 
 #: The task events' logger. Its name is documented (operators route these
 #: lines by it), so it does not follow this module's.
@@ -136,8 +136,7 @@ def log_event(
     }
     # A retry has already moved run_at to the next attempt.
     if event != "retrying" and row.started_at is not None:
-        late = lateness(row.run_at, row.created_at, row.started_at)
-        values["late_ms"] = int(late * 1000)
+        values["late_ms"] = int(row.start_lateness() * 1000)
     if row.started_at is not None and row.finished_at is not None:
         elapsed = (row.finished_at - row.started_at).total_seconds()
         values["duration_ms"] = int(elapsed * 1000)

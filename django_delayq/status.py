@@ -139,7 +139,7 @@ def collect(
     now = timezone.now() if now is None else now
     report = Report()
     _read_database(report, now, datetime.timedelta(seconds=overdue_after), probe)
-    _read_redis(report)
+    _read_redis(report, probe)
     return report
 
 
@@ -263,7 +263,7 @@ def _at_least(count: int, limit: int | None) -> str:
     return f"at least {count}" if count == limit else str(count)
 
 
-def _read_redis(report: Report) -> None:
+def _read_redis(report: Report, probe: bool = False) -> None:
     settings = get_settings()
     try:
         client = get_client("schedule")
@@ -272,7 +272,8 @@ def _read_redis(report: Report) -> None:
         shards, live = stats.snapshot(
             client, settings.key_prefix, settings.queues.values(), limited
         )
-        report.limits = limit_states(client) if limited else []
+        # Each limit's use reads every waiting line: not for a probe.
+        report.limits = limit_states(client) if limited and not probe else []
     except RedisUnavailable as exc:
         report.redis = f"unreachable: {error_text(exc)}"
         report.flag(DOWN, f"Redis does not answer ({error_text(exc)})")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +25,8 @@ from ..exceptions import InvalidArgument, RedisUnavailable, TaskNotRegistered
 from ..store import limits
 from ..store.connection import Client
 from ..store.keys import LIMITS_SHARD, shard_keys
+
+logger = logging.getLogger(__name__)
 
 #: The class of a queue's own limits.
 QUEUE = "queue"
@@ -99,12 +102,13 @@ def _key_name(key: str) -> str:
 
 
 def rules_of(queue: QueueSettings) -> dict[str, Rule]:
-    """Every rule a task of ``queue`` may be under: the queue's, and each
-    registered task's."""
+    """Every rule a task of ``queue`` may be under: the queue's, and those
+    of the registered tasks of that queue (a task with limits runs on its
+    own queue only)."""
     rules = {
         task_class(task.name): task.limit_rule
         for task in registry.all_tasks().values()
-        if task.limit_rule
+        if task.limit_rule and (task.queue or "default") == queue.name
     }
     if queue.limits:
         rules[QUEUE] = queue.limits
@@ -149,6 +153,12 @@ def shard_numbers(queue: QueueSettings, limited: set[str]) -> list[int]:
     return numbers
 
 
+#: The key of a stored row whose ``limit_by`` no longer finds one (a key
+#: function changed by a deploy, or that depends on more than the
+#: arguments): such rows share one count of the task's limits.
+UNKEYED = "#unkeyed"
+
+
 def group_of_row(row: Any) -> str | None:
     """The group of a stored row, by the rules deployed now; None if its
     task is not registered (the worker dead-letters it)."""
@@ -161,8 +171,14 @@ def group_of_row(row: Any) -> str | None:
         return None
     try:
         return group_of(task, queue, row.args, row.kwargs)
-    except InvalidArgument:
-        return None
+    except InvalidArgument as exc:
+        # Still under its limits: counted with the others whose key could
+        # not be found, never admitted without them.
+        logger.warning("task %s: %s; counted under the key %s", row.pk, exc, UNKEYED)
+        limits = [task_class(task.name) + KEY_SEPARATOR + UNKEYED]
+        if queue.limits:
+            limits.append(QUEUE)
+        return LIMIT_SEPARATOR.join(limits)
 
 
 def rows_rules(queue_name: str) -> dict[str, Rule]:

@@ -30,7 +30,7 @@ from typing import Any
 from ..conf import get_settings
 from ..conf.limits import Rule
 from ..exceptions import RedisUnavailable
-from ..store import limits, streams
+from ..store import limits, scripts, streams
 from ..store.connection import Client
 from ..store.keys import LIMITS_SHARD, ShardKeys
 from ..transitions import delivery_of
@@ -109,27 +109,47 @@ class Slots:
                         refused.append(entry)
         return refused
 
-    def release(self, client: Client, entries: Iterable[streams.Entry]) -> None:
-        """Free the slots of deliveries this process is done with (their
-        outcome committed, or left to another); admits what now fits. A
-        failure is logged: the leases then lapse on their own."""
+    def release_calls(self, entries: Iterable[streams.Entry]) -> list[scripts.Call]:
+        """The script calls that release the slots of ``entries`` (those
+        this process holds), for the caller to send with their
+        acknowledgement; from now on they are the caller's to send (if the
+        call fails, the leases lapse on their own)."""
+        calls = []
+        for keys, ended in self._take(entries).items():
+            call = limits.release_call(keys, self.rules(keys.queue), ended)
+            if call is not None:
+                calls.append(call)
+        return calls
+
+    def _take(
+        self, entries: Iterable[streams.Entry]
+    ) -> dict[ShardKeys, list[tuple[str, int | None]]]:
+        """The held deliveries among ``entries``, with when their functions
+        started, no longer held nor reported by this process."""
+        found: dict[ShardKeys, list[tuple[str, int | None]]] = {}
         for keys, group in self._by_shard(entries).items():
             with self._lock:
                 held = self._held[keys]
                 ids = [e.entry_id.decode() for e in group]
                 ids = [i for i in ids if i in held]
                 held.difference_update(ids)
-            if not ids:
-                continue
-            with _starts.lock:
-                ended = [(i, _starts.unreported.pop(i, None)) for i in ids]
+            if ids:
+                with _starts.lock:
+                    found[keys] = [(i, _starts.unreported.pop(i, None)) for i in ids]
+        return found
+
+    def release(self, client: Client, entries: Iterable[streams.Entry]) -> None:
+        """Free the slots of deliveries this process is done with (their
+        outcome committed, or left to another); admits what now fits. A
+        failure is logged: the leases then lapse on their own."""
+        for keys, ended in self._take(entries).items():
             try:
                 limits.release(client, keys, self.rules(keys.queue), ended)
             except RedisUnavailable as exc:
                 logger.warning(
                     "worker: could not release %d slot(s) on %s (%s); they "
                     "come back when their lease lapses",
-                    len(ids),
+                    len(ended),
                     keys.queue,
                     exc,
                 )

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from django.db import DatabaseError, connections
-from django.db.models import Count, Min
+from django.db.models import Count, Min, Q
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -35,6 +35,7 @@ from ..models import DelayedTask, OutboxEntry, overdue_by, read_db
 from ..recurring.overview import STATES, declared_names, schedule_states
 from ..store import stats
 from ..store.connection import get_client
+from ..store.keys import LIMITS_SHARD
 
 #: Scheduled tasks due longer ago than this count as overdue: the default
 #: of ``delayq_status --overdue``.
@@ -52,7 +53,8 @@ GAUGES = {
         f"Scheduled tasks due more than {OVERDUE_AFTER:g} s ago (not started)."
     ),
     "delayq_oldest_due_seconds": (
-        "How long ago the most overdue scheduled task was due (0: none due)."
+        "How long ago the most overdue scheduled task was due, tasks waiting "
+        "for their limits left out (0: none due)."
     ),
     "delayq_outbox_backlog": "Outbox entries waiting for a replay into Redis.",
     "delayq_outbox_oldest_seconds": "Age of the oldest outbox entry (0: empty).",
@@ -205,7 +207,8 @@ class BacklogCollector(Collector):
                             now, datetime.timedelta(seconds=OVERDUE_AFTER)
                         ),
                     ),
-                    oldest=Min("run_at"),
+                    # A task waiting for its limits is due, not late.
+                    oldest=Min("run_at", filter=~Q(shard=LIMITS_SHARD)),
                 )
             )
             outbox = _by_queue(

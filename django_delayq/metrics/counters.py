@@ -20,7 +20,6 @@ from prometheus_client import Counter, Histogram
 from .. import signals
 from ..models import DelayedTask, OutboxEntry
 from ..sweeper import COUNTS, Sweeper, SweepResult
-from ..timing import lateness
 
 #: Lateness (:func:`~django_delayq.timing.lateness`): from milliseconds, the
 #: dispatcher's usual precision, to the minutes a sweep interval can add after a fault.
@@ -158,8 +157,7 @@ class Counters:
         labels = (task.queue, task.name)
         self.started.labels(*labels).inc()
         if task.started_at is not None:
-            late = lateness(task.run_at, task.created_at, task.started_at)
-            self.lateness.labels(*labels).observe(late)
+            self.lateness.labels(*labels).observe(task.start_lateness())
 
     def _succeeded(self, task: DelayedTask, **kwargs: Any) -> None:
         self.succeeded.labels(task.queue, task.name).inc()

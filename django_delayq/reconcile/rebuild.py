@@ -118,27 +118,40 @@ def rebuild(
 def restore_slots(client: Client, db: str, keys: ShardKeys) -> None:
     """Take the limits' slots of the shard's running rows again: they run
     (or their worker died and the sweeper recovers them), and a limit must
-    count them before it admits anything new."""
-    running = []
-    for row in (
-        DelayedTask.objects.using(db)
-        .filter(queue=keys.queue, shard=keys.shard, status=Status.RUNNING)
-        .only("id", "name", "queue", "args", "kwargs", "claim_entry", "started_at")
-    ):
+    count them before it admits anything new; and the starts, within the
+    longest rate period of the queue's limits, of the rows that ended since
+    (read on the ``(status, finished_at)`` index)."""
+    rules = rules_of(get_settings().queue(keys.queue))
+    rows = DelayedTask.objects.using(db).filter(queue=keys.queue, shard=keys.shard)
+    fields = ("id", "name", "queue", "args", "kwargs", "claim_entry", "started_at")
+    found = [(row, True) for row in rows.filter(status=Status.RUNNING).only(*fields)]
+    periods = [rule.rate.period_ms for rule in rules.values() if rule.rate]
+    if periods:
+        since = timezone.now() - datetime.timedelta(milliseconds=max(periods))
+        found += [
+            (row, False)
+            for row in rows.filter(
+                status__in=(Status.SUCCEEDED, Status.FAILED),
+                finished_at__gte=since,
+                started_at__gte=since,
+            ).only(*fields)
+        ]
+    attempts = []
+    for row, running in found:
         group = group_of_row(row)
         entry = delivery_of(row.claim_entry)
         if group is None or not STREAM_ID.match(entry):
             continue
         started = row.started_at or timezone.now()
-        running.append((entry, group, to_score(started)))
-    if running:
-        limits.restore(
-            client, keys, rules_of(get_settings().queue(keys.queue)), running
-        )
+        attempts.append((entry, group, to_score(started), running))
+    if attempts:
+        limits.restore(client, keys, rules, attempts)
         logger.info(
-            "limits of queue %s: took the slots of %d running task(s) again",
+            "limits of queue %s: took the slots of %d running task(s) and the "
+            "starts of %d ended one(s) again",
             keys.queue,
-            len(running),
+            sum(running for *_, running in attempts),
+            sum(not running for *_, running in attempts),
         )
 
 

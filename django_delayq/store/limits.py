@@ -62,6 +62,20 @@ def rule_arguments(rules: Mapping[str, Rule]) -> list[scripts.ArgT]:
     return argv
 
 
+def _call(
+    keys: ShardKeys,
+    op: str,
+    rules: Mapping[str, Rule],
+    args: Sequence[scripts.ArgT],
+    most: int,
+) -> scripts.Call:
+    return (
+        scripts.load("limits"),
+        [keys.due_hi, keys.due, keys.due_lo, keys.ready, keys.epoch, keys.wake],
+        [op, keys.base, LEASE_MS, most, *rule_arguments(rules), *args],
+    )
+
+
 def _run(
     client: Client,
     keys: ShardKeys,
@@ -71,11 +85,8 @@ def _run(
     *,
     most: int = ADMIT_BATCH,
 ) -> tuple[object, bool]:
-    return scripts.load("limits").run(
-        client,
-        (keys.due_hi, keys.due, keys.due_lo, keys.ready, keys.epoch, keys.wake),
-        (op, keys.base, LEASE_MS, most, *rule_arguments(rules), *args),
-    )
+    script, script_keys, argv = _call(keys, op, rules, args, most)
+    return script.run(client, script_keys, argv)
 
 
 @dataclass
@@ -151,9 +162,29 @@ def confirm(
     args: list[scripts.ArgT] = []
     for entry_id, task_id in deliveries:
         args += (entry_id, task_id.bytes)
-    reply, _ = _run(client, keys, "confirm", rules, args)
+    # What it admits is bounded by what it sends back to wait.
+    reply, _ = _run(client, keys, "confirm", rules, args, most=len(deliveries))
     assert isinstance(reply, list)
     return [bool(int(x)) for x in reply]
+
+
+def release_call(
+    keys: ShardKeys,
+    rules: Mapping[str, Rule],
+    entries: Iterable[tuple[str, int | None]],
+) -> scripts.Call | None:
+    """The script call that frees the slots of deliveries ``(entry id, when
+    its function started in epoch ms, or None if it did not)`` whose
+    attempt ended, and admits what now fits; for a worker to send with its
+    acknowledgement (same slot), or through :func:`release`."""
+    args: list[scripts.ArgT] = []
+    for entry_id, started_ms in entries:
+        args += (entry_id, -1 if started_ms is None else started_ms)
+    if not args:
+        return None
+    # A release admits about as many as it frees: the dispatcher admits
+    # the rest, so that a worker's outcome does not wait on a long script.
+    return _call(keys, "release", rules, args, len(args) // 2)
 
 
 @translated
@@ -163,16 +194,12 @@ def release(
     rules: Mapping[str, Rule],
     entries: Iterable[tuple[str, int | None]],
 ) -> int:
-    """Free the slots of deliveries ``(entry id, when its function started
-    in epoch ms, or None if it did not)`` whose attempt ended, and admit
-    what now fits; how many were admitted."""
-    args: list[scripts.ArgT] = []
-    for entry_id, started_ms in entries:
-        args += (entry_id, -1 if started_ms is None else started_ms)
-    if not args:
+    """:func:`release_call`, sent; how many it admitted."""
+    call = release_call(keys, rules, entries)
+    if call is None:
         return 0
-    reply, _ = _run(client, keys, "release", rules, args)
-    return int(str(reply))
+    script, script_keys, argv = call
+    return int(str(script.run(client, script_keys, argv)[0]))
 
 
 @translated
@@ -188,7 +215,7 @@ def started(
         args += (entry_id, started_ms)
     if not args:
         return 0
-    reply, _ = _run(client, keys, "started", rules, args)
+    reply, _ = _run(client, keys, "started", rules, args, most=len(args) // 2)
     return int(str(reply))
 
 
@@ -208,14 +235,16 @@ def restore(
     client: Client,
     keys: ShardKeys,
     rules: Mapping[str, Rule],
-    running: Sequence[tuple[str, str, int]],
+    attempts: Sequence[tuple[str, str, int, bool]],
 ) -> None:
-    """Take the slots of running attempts ``(entry id, group, started ms)``
-    again, after Redis lost them."""
-    for start in range(0, len(running), 500):
+    """After Redis lost them, take again the slots and starts of attempts
+    ``(entry id, group, started ms, running)``: the slots of those that
+    run, the starts of all (those that ended count in the rate windows of
+    their period)."""
+    for start in range(0, len(attempts), 500):
         args: list[scripts.ArgT] = []
-        for entry_id, group, started_ms in running[start : start + 500]:
-            args += (entry_id, group, started_ms)
+        for entry_id, group, started_ms, running in attempts[start : start + 500]:
+            args += (entry_id, group, started_ms, 1 if running else 0)
         _run(client, keys, "restore", rules, args)
 
 

@@ -262,11 +262,13 @@ def finish_many(
     client: redis.Redis,
     entries: Sequence[Entry],
     tallies: Mapping[str, activity.Tally] | None = None,
+    also: Sequence[scripts.Call] = (),
 ) -> None:
     """Acknowledge and delete many entries, in one round trip, and add each
     stream's ``tallies`` (what its entries' tasks did) to its shard's
     counters of this minute in the same script call
-    (:mod:`~django_delayq.store.activity`).
+    (:mod:`~django_delayq.store.activity`); ``also``: more script calls for
+    the same round trip (the release of the limits' slots of the entries).
 
     One script call per stream: a call never spans two streams, whose keys
     may live on different cluster nodes.
@@ -287,10 +289,12 @@ def finish_many(
                 keys.append(activity.activity_key(stream, minute))
                 argv += activity.script_args(tally)
             calls.append((keys, argv))
-    if len(calls) == 1:
+    if len(calls) == 1 and not also:
         script(client, *calls[0])
-    elif calls:
-        scripts.run_many(client, [(script, keys, argv) for keys, argv in calls])
+    elif calls or also:
+        scripts.run_many(
+            client, [*((script, keys, argv) for keys, argv in calls), *also]
+        )
 
 
 @translated

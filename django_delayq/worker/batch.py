@@ -31,7 +31,6 @@ from ..limits.slots import Slots
 from ..models import DelayedTask, Status, write_db
 from ..store import activity, streams
 from ..store.connection import Client
-from ..timing import lateness
 from .execution import Disposition, Outcome, execute, start, unknown_task
 from .group_commit import Pacer, run_group
 from .time_limits import Abandoned, Watchdog
@@ -108,7 +107,7 @@ class Batch:
             counts.dead_lettered += 1
         # Under limits: only deliveries that still hold their slots run; the
         # others went back to wait for admission, their entries dropped.
-        limited = [e for e in pending if e.task_id and self.slots.limited(e)]
+        limited = [e for e in pending if self.slots.limited(e) and e.task_id]
         if limited:
             self._finish(pending, self.slots.confirm(self.client, limited))
         claimed = self._claim(pending)
@@ -156,12 +155,8 @@ class Batch:
             row = by_delivery.get((entry.task_id, entry.entry_id.decode()))
             if row is None:
                 continue
-            if self.slots.limited(entry):
-                # It waited for its limits until admitted: late is what it
-                # waited since (see limits), not since its run_at.
-                late_ms = max(0.0, now.timestamp() * 1000 - entry_ms(entry))
-            else:
-                late_ms = lateness(row.run_at, row.created_at, now) * 1000
+            # Under limits, since they admitted it (DelayedTask.start_lateness).
+            late_ms = row.start_lateness() * 1000
             try:
                 task = registry.get(row.name)
             except TaskNotRegistered as exc:
@@ -270,13 +265,14 @@ class Batch:
             tallies.setdefault(item.entry.stream, activity.Tally()).add(
                 succeeded=item.row.status == Status.SUCCEEDED, late_ms=item.late_ms
             )
+        # The limits' slots go in the same round trip (the same slot).
+        releases = self.slots.release_calls(entries)
         try:
-            streams.finish_many(self.client, entries, tallies)
+            streams.finish_many(self.client, entries, tallies, also=releases)
         finally:
             # Even if the acknowledgement failed: the entries are then
             # reclaimed later, and their rows (now finished) make that a
-            # no-op.
-            self.slots.release(self.client, entries)
+            # no-op; and their slots lapse with their leases.
             for entry in entries:
                 self._forget(pending, entry)
 
@@ -284,8 +280,3 @@ class Batch:
         pending.remove(entry)
         self.release([entry])
         self.slots.release(self.client, [entry])
-
-
-def entry_ms(entry: streams.Entry) -> float:
-    """When a stream entry was added, epoch ms (its id's first part)."""
-    return float(entry.entry_id.split(b"-", 1)[0])

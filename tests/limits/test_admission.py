@@ -184,3 +184,19 @@ def test_tasks_left_under_a_limit_removed_since_still_run(limited_queue):
         "left-1",
         "left-2",
     ]
+
+
+def test_a_rate_window_survives_a_flushall(limited_queue, redis_client):
+    """The starts of the tasks that ended within the period are taken again
+    from their rows after Redis lost them, so the window still holds."""
+    for i in range(5):
+        schedule(five_a_second, args=[f"before-{i}"])
+    with serving(threads=4):
+        wait_for(lambda: Run.objects.count() == 5, what="the first five")
+        redis_client.flushall()
+        for i in range(5):
+            schedule(five_a_second, args=[f"after-{i}"])
+        wait_for(lambda: Run.objects.count() == 10, what="the next five")
+    starts = sorted(r.started for r in Run.objects.all())
+    for i, start in enumerate(starts):
+        assert len([s for s in starts[i:] if s < start + 1.0]) <= 5, starts

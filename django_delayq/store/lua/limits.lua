@@ -12,7 +12,9 @@
 --          usage
 -- ARGV[2]  base: the shard's key prefix, hash tag included; the keys of
 --          the limits are <base>:<kind>:<limit>
--- ARGV[3]  lease: ms a concurrency slot lives without renewal
+-- ARGV[3]  lease: ms a concurrency slot lives without renewal, once a
+--          worker confirmed it (before that, ADMITTED_LEASE: a delivery
+--          waits in the stream for a free worker thread)
 -- ARGV[4]  the most tasks to admit in this call
 -- ARGV[5]  n: how many limit rules follow, then per rule 4 values:
 --          class, concurrency (0: none), rate count (0: none), rate period ms
@@ -86,6 +88,10 @@ local STATS = base .. ':stats'
 -- The order score: (100 - priority) * ORDER + due ms, exact in a double.
 local ORDER = 10000000000000
 local RESERVE = 30000
+-- An admitted delivery holds its slots this long until a worker confirms
+-- it: as long as the workers take to come to it, not as long as one that
+-- died would keep them (that one confirmed, and holds them for ``lease``).
+local ADMITTED_LEASE = 60000
 local MARGIN = 20
 
 local function limits_of(group)
@@ -188,7 +194,7 @@ local function admit(group, limits, id, order)
     local rule = rules[class]
     if rule ~= nil then
       if rule.conc > 0 then
-        redis.call('ZADD', base .. ':held:' .. limit, now + lease, entry)
+        redis.call('ZADD', base .. ':held:' .. limit, now + ADMITTED_LEASE, entry)
       end
       if rule.rate > 0 then
         redis.call('ZADD', base .. ':starts:' .. limit, now + RESERVE, entry)
@@ -460,10 +466,11 @@ if op == 'started' then
 end
 
 if op == 'confirm' then
+  local requeued = 0
   -- ARGV: (entry, id) pairs a worker is about to claim. An entry whose
-  -- slot is still held starts (its slots renewed, its start counted now);
-  -- one whose slot lapsed (its lease expired and the slot went to another)
-  -- goes back to wait for admission: 1 or 0 for each.
+  -- slots are still held starts (its slots now on the worker's lease);
+  -- one whose slot or token lapsed (and may have gone to another) goes
+  -- back to wait for admission: 1 or 0 for each.
   local reply = {}
   for i = a, #ARGV, 2 do
     local entry, id = ARGV[i], ARGV[i + 1]
@@ -498,10 +505,18 @@ if op == 'confirm' then
         release_entry(entry, -1)
       end
       redis.call('ZADD', KEYS[2], now, id)
+      requeued = requeued + 1
       reply[#reply + 1] = 0
     end
   end
+  -- What the deliveries sent back freed, and no more, is admitted now.
+  max_admit = math.min(max_admit, requeued)
   settle()
+  if requeued > 0 then
+    -- Back in the due-set, due now: the dispatcher places it again.
+    redis.call('LPUSH', KEYS[6], '1')
+    redis.call('LTRIM', KEYS[6], 0, 0)
+  end
   return reply
 end
 
@@ -526,14 +541,19 @@ if op == 'renew' then
 end
 
 if op == 'restore' then
-  -- ARGV: (entry, group, started ms) of the running rows, after a loss.
-  for i = a, #ARGV, 3 do
+  -- ARGV: (entry, group, started ms, running 1 or 0) of the rows that
+  -- run, and of those that started within a rate's period and ended,
+  -- after a loss: slots for the first, starts in the windows for both.
+  for i = a, #ARGV, 4 do
     local entry, group = ARGV[i], ARGV[i + 1]
-    redis.call('HSET', ADMITTED, entry, group)
+    local running = ARGV[i + 3] == '1'
+    if running then
+      redis.call('HSET', ADMITTED, entry, group)
+    end
     local limits = limits_of(group)
     for j = 1, #limits do
       local rule = rules[class_of(limits[j])]
-      if rule ~= nil and rule.conc > 0 then
+      if running and rule ~= nil and rule.conc > 0 then
         redis.call('ZADD', base .. ':held:' .. limits[j], 'NX', now + lease, entry)
       end
       if rule ~= nil and rule.rate > 0 then
