@@ -41,6 +41,9 @@ class Plan:
     lateness_kinds: tuple[str, ...] = ("write_row", "noop")
     #: far-future backlog, tasks due soon, their window (s), runs; 0: skipped
     redis_loss: tuple[int, int, float, int] = (0, 0, 0.0, 0)
+    #: flow control (benchmarks.scenarios.limits): tasks per part, the rate
+    #: limit's window (s), key A's backlog in the fairness part; 0: skipped
+    flow_control: tuple[int, float, int] = (0, 0.0, 0)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -486,6 +489,179 @@ def _databases(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def _flow_control(results: dict[str, Any]) -> list[str]:
+    """Concurrency and rate limits held, fairness, and what limits cost
+    (``benchmarks.scenarios.limits``)."""
+    run = results.get("flow_control")
+    if not run:
+        return []
+    lines = [
+        "## Flow control: concurrency and rate limits (PostgreSQL)",
+        "",
+        "`python -m benchmarks.scenarios.limits`: one-row tasks "
+        "(`benchapp/limited_tasks.py`: each inserts one row with the moment "
+        "its function started and the moment its insert ran) on a "
+        f"`delayq_dispatch` and {run['workers']} `delayq_worker` processes of "
+        f"{run['threads']} threads (`--concurrency {run['threads']}`), fresh "
+        f"processes and data for each part; {_runs_of(run)}. Most at once: "
+        "the most functions running at the same moment (worst run). "
+        "Utilisation, from the first start to the last (while tasks wait): "
+        "functions running / N, and slots held / N (the limit's `usage()` "
+        "sampled every 10 ms). A slot's cycle: N / started/s, its function "
+        "and the hand-off to the next task (release, admission, read, "
+        "confirm, claim, commit). A worker thread that reads several "
+        "admitted deliveries at once (`--prefetch`) runs quick tasks one "
+        "after the other in one group commit, so one-row tasks rarely "
+        "overlap even while N slots are held.",
+        "",
+        "| limit | tasks | ran | most at once (worst) | utilisation: functions "
+        "| slots held | started/s | function, ms | slot's cycle, ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in run.get("at_once", []):
+        lines.append(
+            f"| `concurrency_limit={row['limit']:.0f}` | {row['tasks']:,.0f} "
+            f"| {row['ran']:,.0f} | {row['most_at_once_max']:.0f} "
+            f"| {_spread(row, 'utilisation', 3)} "
+            f"| {_spread(row, 'slot_utilisation', 3)} "
+            f"| {_spread(row, 'started_per_s')} | {_num(row['function_ms'], 1)} "
+            f"| {_num(row['cycle_ms'], 1)} |"
+        )
+    lines.append("")
+    if "rate" in run:
+        r = run["rate"]
+        lines += [
+            f'Rate: `rate_limit="{r["rate"]:.0f}/s"` offered '
+            f"{r['offered_per_s']:.0f} tasks a second, due evenly over "
+            f"{run['rate_window_s']:g} s: at most **{r['most_in_a_second_max']:.0f}** "
+            f"function starts in any 1 s window (worst run); the tightest "
+            f"{r['rate'] + 1:.0f} starts spanned {_num(r['tightest_ms_min'])} ms "
+            f"(under 1,000 would be a breach); achieved "
+            f"{_spread(r, 'achieved_per_s', 1)} starts/s over the window from "
+            f"the first start, {_spread(r, 'achieved_ratio', 3)} R.",
+            "",
+        ]
+    if "fairness" in run:
+        f = run["fairness"]
+        lines += [
+            f'Fairness: `concurrency_limit=1, limit_by="tenant"`; key A has '
+            f"{f['backlog']:,.0f} tasks due at once, and once they all wait, "
+            f"key B's {f['keyed']:.0f} are scheduled one at a time, "
+            f"{run['fair_gap_s']:g} s apart. B's start after its own limit "
+            "allowed it (its due time, or the end of B's previous run if "
+            f"later): p50 {_spread(f, 'b_p50_ms', 1)} ms, p99 "
+            f"{_spread(f, 'b_p99_ms', 1)} ms; meanwhile A ran "
+            f"{_spread(f, 'a_per_s')} tasks/s, one at a time (most at once: A "
+            f"{f['most_at_once_a_max']:.0f}, B {f['most_at_once_b_max']:.0f}), "
+            f"{_num(f['a_waiting_after'])} still waiting when B's last ended.",
+            "",
+        ]
+    if "cost" in run:
+        lines += _flow_control_cost(run["cost"])
+    return lines
+
+
+def _runs_of(run: dict[str, Any]) -> str:
+    if run["runs"] > 1:
+        return f"medians of {run['runs']} runs (min-max)"
+    return "1 run (no spread: a quick run)"
+
+
+def _flow_control_cost(c: dict[str, Any]) -> list[str]:
+    readmitted = c.get("wide_open_admitted_per_task")
+    again = (
+        f" Admissions per task under those limits: {_num(readmitted, 2)} (more "
+        "than 1: slots lapsed before a worker took the delivery, which then "
+        "waited for admission again)."
+        if readmitted is not None and readmitted == readmitted
+        else ""
+    )
+    return [
+        f"Cost: started/s of {c['tasks']:,.0f} one-row tasks (`write_row`) all "
+        "due at once, tasks / (last finish - first start), as the throughput "
+        "section measures. Baseline: processes of a project with no limits "
+        "at all (no limits shard); against it, the same tasks with tasks "
+        "under limits registered beside them (a limits shard on each queue "
+        "served, idle); then the same function under limits that never bind, "
+        "against the unlimited.",
+        "",
+        "| tasks | started/s | ratio |",
+        "|---|---:|---:|",
+        f"| no limits in the project (baseline) | {_spread(c, 'baseline_per_s')} | |",
+        f"| unlimited, other tasks under limits | {_spread(c, 'unlimited_per_s')} "
+        f"| {_spread(c, 'unlimited_ratio', 2)}x the baseline |",
+        '| `concurrency_limit=10000, rate_limit="100000/s"` '
+        f"| {_spread(c, 'wide_open_per_s')} "
+        f"| {_spread(c, 'wide_open_ratio', 2)}x the unlimited |",
+        "",
+        f"Tasks left unfinished when a part's time was up: baseline "
+        f"{_num(c['left_baseline_max'])}, unlimited {_num(c['left_unlimited_max'])}, "
+        f"under limits {_num(c['left_wide_open_max'])} (worst run).{again}",
+        "",
+    ]
+
+
+def _flow_control_targets(
+    results: dict[str, Any], row: Callable[[str, str, bool], str]
+) -> list[str]:
+    run = results.get("flow_control")
+    if not run:
+        return []
+    found = []
+    at_once = run.get("at_once", [])
+    if at_once:
+        found += [
+            row(
+                "`concurrency_limit=N` (N = "
+                + ", ".join(f"{r['limit']:.0f}" for r in at_once)
+                + "), 2 worker processes: never more than N running at once",
+                ", ".join(
+                    f"N={r['limit']:.0f}: at most {r['most_at_once_max']:.0f}"
+                    for r in at_once
+                ),
+                all(r["most_at_once_max"] <= r["limit"] for r in at_once),
+            ),
+            row(
+                "`concurrency_limit=N`: utilisation (functions running / N "
+                "while tasks wait) >= 0.95",
+                ", ".join(
+                    f"N={r['limit']:.0f}: {r['utilisation']:.2f} (slots held "
+                    f"{r['slot_utilisation']:.2f})"
+                    for r in at_once
+                ),
+                all(r["utilisation"] >= 0.95 for r in at_once),
+            ),
+        ]
+    if "rate" in run:
+        r = run["rate"]
+        found.append(
+            row(
+                f'`rate_limit="{r["rate"]:.0f}/s"` offered 3x: no 1 s window '
+                "holds more than R starts; achieved >= 0.95 R",
+                f"at most {r['most_in_a_second_max']:.0f} in a second; "
+                f"{r['achieved_ratio']:.2f} R",
+                r["most_in_a_second_max"] <= r["rate"] and r["achieved_ratio"] >= 0.95,
+            )
+        )
+    if "cost" in run:
+        c = run["cost"]
+        found += [
+            row(
+                "unlimited tasks beside tasks under limits: started/s >= 0.97x "
+                "a project without limits",
+                f"{c['unlimited_ratio']:.2f}x",
+                c["unlimited_ratio"] >= 0.97,
+            ),
+            row(
+                "tasks under limits that never bind: started/s >= 0.9x the "
+                "same tasks unlimited",
+                f"{c['wide_open_ratio']:.2f}x",
+                c["wide_open_ratio"] >= 0.9,
+            ),
+        ]
+    return found
+
+
 def _peers(results: dict[str, Any]) -> list[str]:
     peers = results.get("peers")
     if not peers:
@@ -603,6 +779,7 @@ def _targets(results: dict[str, Any]) -> list[str]:
         *_throughput_target(results, row),
         *_burst_against_direct(results, e2e, row),
         *_mariadb_burst(results, row),
+        *_flow_control_targets(results, row),
         row(
             "bulk schedule >= 30,000 tasks/s (PostgreSQL)",
             f"{_num(pg['bulk schedule_many()']['ours'])} tasks/s",
@@ -802,6 +979,7 @@ def render(results: dict[str, Any]) -> str:
         *_periodic(results),
         *_databases(results),
         *_redis_loss(results),
+        *_flow_control(results),
         *_peers(results),
         *_limits(),
     ]

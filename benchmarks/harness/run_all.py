@@ -51,6 +51,7 @@ FULL = Plan(
     throughput_kinds=("noop", "write_row"),
     rolling=(100, 20.0, 3),
     redis_loss=(1_000_000, 2_000, 20.0, 3),
+    flow_control=(10_000, 60.0, 20_000),
 )
 QUICK = Plan(
     schedule_single=200,
@@ -75,6 +76,7 @@ QUICK = Plan(
     rolling=(100, 4.0, 1),
     # The headline kind only: CI's runtime stays that of one kind.
     lateness_kinds=("write_row",),
+    flow_control=(500, 10.0, 2_000),
 )
 # The quick run (CI) measures one PostgreSQL peer, procrastinate, whose
 # Django integration takes the most machinery to keep working; all three
@@ -211,6 +213,26 @@ def measure(plan: Plan, *, peers: Sequence[str], quick: bool) -> dict[str, Any]:
                 "--json",
                 env=env,
                 timeout=1800,
+            )
+        tasks, window, backlog = plan.flow_control
+        if tasks:
+            _say(
+                f"flow control: concurrency and rate limits, fairness, cost, "
+                f"{tasks:,} tasks a part, {plan.repeats} run(s)"
+            )
+            results["flow_control"] = run_json(
+                "benchmarks.scenarios.limits",
+                "--runs",
+                str(plan.repeats),
+                "--tasks",
+                str(tasks),
+                "--rate-window",
+                str(window),
+                "--fair-backlog",
+                str(backlog),
+                "--json",
+                env=env,
+                timeout=3600,
             )
         _say("footprint and growth: " + ", ".join(f"{s:,}" for s in plan.sizes))
         results["footprint"] = run_json(

@@ -57,3 +57,8 @@ if os.environ.get("DELAYQ_BENCH_PERIODIC"):
         }
         for number in range(int(os.environ["DELAYQ_BENCH_PERIODIC"]))
     }
+
+# benchmarks.scenarios.limits: the queue of its tasks under a limit
+# (benchapp/limited_tasks.py, registered only then too).
+if os.environ.get("DELAYQ_BENCH_LIMITS"):
+    DELAYQ["QUEUES"]["limited"] = {"shards": 1}

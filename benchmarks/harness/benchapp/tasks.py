@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from benchmarks.harness.benchapp.models import BenchRow
 from django_delayq import task
 
@@ -19,3 +21,8 @@ def write_row(n: int) -> None:
 
 #: The task kinds, by the name the harness and the report use.
 KINDS = {"noop": noop, "write_row": write_row}
+
+# benchmarks.scenarios.limits sets it, for itself and the processes it
+# starts: no other scenario's processes see a task under a limit.
+if os.environ.get("DELAYQ_BENCH_LIMITS"):
+    from benchmarks.harness.benchapp import limited_tasks  # noqa: F401
