@@ -134,3 +134,17 @@ def test_a_django_task_on_a_queue_with_limits_waits_for_them(limited_queue, sett
     assert DelayedTask.objects.get(pk=result.id).shard == LIMITS_SHARD
     result = add.enqueue(1, 2)  # the queue "default" has none
     assert DelayedTask.objects.get(pk=result.id).shard == 0
+
+
+def test_a_stored_call_whose_key_is_lost_stays_under_its_limits(limited_queue, caplog):
+    """A key function that fails when the dispatcher reads the row (changed
+    by a deploy) counts the task under one shared key, never without limits."""
+    from django_delayq.limits.groups import KEY_SEPARATOR, group_of_row
+
+    row = DelayedTask(
+        name=per_sender.name, queue="limited", args=[{"text": "hi"}], kwargs={}
+    )
+    with caplog.at_level("WARNING", logger="django_delayq"):
+        group = group_of_row(row)
+    assert group == f"task:{per_sender.name}{KEY_SEPARATOR}#unkeyed"
+    assert "counted under the key #unkeyed" in caplog.text
