@@ -174,7 +174,14 @@ def group_of_row(row: Any) -> str | None:
     except InvalidArgument as exc:
         # Still under its limits: counted with the others whose key could
         # not be found, never admitted without them.
-        logger.warning("task %s: %s; counted under the key %s", row.pk, exc, UNKEYED)
+        logger.warning(
+            "task %s (%s): its limit_by no longer finds the key of its "
+            "arguments (%s); counted under the key %s",
+            row.pk,
+            row.name,
+            repr(exc.__cause__) if exc.__cause__ is not None else "not a str",
+            UNKEYED,
+        )
         limits = [task_class(task.name) + KEY_SEPARATOR + UNKEYED]
         if queue.limits:
             limits.append(QUEUE)

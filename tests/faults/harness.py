@@ -16,6 +16,7 @@ import re
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -366,3 +367,23 @@ def sweep_totals(sweeper: Proc) -> str:
 def grep(procs: Iterable[Proc], text: str) -> list[str]:
     """Lines of the processes' logs that contain ``text``."""
     return [line for p in procs for line in p.log().splitlines() if text in line]
+
+
+# -- Redis losing everything ------------------------------------------------------
+
+
+def flush_all(rig: Rig) -> None:
+    rig.client.flushall()
+
+
+def restart_empty(rig: Rig) -> None:
+    rig.redis.kill()
+    time.sleep(0.5)
+    rig.redis.start()
+
+
+#: The two ways a scenario makes Redis lose everything, for parametrize.
+REDIS_LOSSES = [
+    ("FLUSHALL", flush_all),
+    ("redis killed, restarted empty", restart_empty),
+]

@@ -10,6 +10,7 @@ from django_delayq import schedule
 from django_delayq.models import DelayedTask, Status
 from django_delayq.store.keys import LIMITS_SHARD
 from tests.limits.conftest import serving
+from tests.support.helpers import most_at_once
 from tests.testapp.limited import (
     five_a_second,
     one_per_order,
@@ -28,18 +29,6 @@ def wait_for(condition, timeout=30.0, what="the condition"):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
-
-
-def most_at_once(runs):
-    events = sorted(
-        [(r.started, 1) for r in runs] + [(r.ended, -1) for r in runs],
-        key=lambda e: (e[0], e[1]),
-    )
-    running = most = 0
-    for _, change in events:
-        running += change
-        most = max(most, running)
-    return most
 
 
 def test_a_concurrency_limit_holds_over_every_thread(limited_queue):

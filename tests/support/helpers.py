@@ -95,3 +95,14 @@ def database_env(settings_dict: dict[str, Any], test_db: str) -> dict[str, str]:
         f"{prefix}_HOST": str(settings_dict["HOST"]),
         f"{prefix}_PORT": str(settings_dict["PORT"]),
     }
+
+
+def most_at_once(runs: Any) -> int:
+    """The most runs (objects with ``started`` and ``ended`` times, as
+    ``tests.testapp.models.Run``) under way at one moment."""
+    events = sorted([(r.started, 1) for r in runs] + [(r.ended, -1) for r in runs])
+    running = most = 0
+    for _, change in events:
+        running += change
+        most = max(most, running)
+    return most

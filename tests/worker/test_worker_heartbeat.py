@@ -19,8 +19,10 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
 #: Long, so that the next regular beat (a third of it) is far away.
 VISIBILITY_TIMEOUT = 300.0
-#: How soon after the loss the worker must be seen alive again.
-WITHIN = 5.0
+#: How soon after the loss the worker must be seen alive again: well before
+#: the next regular beat (100 s away), with room for a loaded CI machine,
+#: where a status read and the worker's own look each take their time.
+WITHIN = 30.0
 
 
 @pytest.fixture
@@ -69,7 +71,7 @@ def test_a_worker_is_seen_alive_again_soon_after_redis_lost_its_heartbeat(
         ignoring=(ConnectionError,),
     )
     # Far sooner than the next regular beat would have come.
-    assert time.monotonic() - lost_at < VISIBILITY_TIMEOUT / 3 / 10
+    assert time.monotonic() - lost_at < WITHIN < VISIBILITY_TIMEOUT / 3
     unserved = "no live worker serves queue 'default'"
     assert not [p for p in collect(probe=True).problems if unserved in p]
 

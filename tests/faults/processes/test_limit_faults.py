@@ -12,7 +12,8 @@ import pytest
 
 from django_delayq import registry, schedule
 from django_delayq.models import DelayedTask, Status
-from tests.faults.harness import Rig
+from tests.faults.harness import REDIS_LOSSES, Rig
+from tests.support.helpers import most_at_once
 from tests.testapp import limited
 from tests.testapp.models import Run
 from tools.procs import wait_for
@@ -38,15 +39,6 @@ def limited_rig(make_rig: Callable[..., Rig]) -> Iterator[Rig]:
     finally:
         for task in limited.TASKS:
             registry.unregister(task.name)
-
-
-def most_at_once(runs: list[Run]) -> int:
-    events = sorted([(r.started, 1) for r in runs] + [(r.ended, -1) for r in runs])
-    running = most = 0
-    for _, change in events:
-        running += change
-        most = max(most, running)
-    return most
 
 
 def running_rows() -> int:
@@ -119,20 +111,7 @@ def test_a_frozen_worker_loses_its_slots_and_its_late_run_is_discarded(
     )
 
 
-def _flushall(rig: Rig) -> None:
-    rig.client.flushall()
-
-
-def _restart_empty(rig: Rig) -> None:
-    rig.redis.kill()
-    time.sleep(0.5)
-    rig.redis.start()
-
-
-@pytest.mark.parametrize(
-    ("fault", "inject"),
-    [("FLUSHALL", _flushall), ("redis killed, restarted empty", _restart_empty)],
-)
+@pytest.mark.parametrize(("fault", "inject"), REDIS_LOSSES)
 def test_redis_loses_the_limits_while_tasks_run_and_wait(
     limited_rig: Rig, fault: str, inject: Callable[[Rig], None]
 ) -> None:

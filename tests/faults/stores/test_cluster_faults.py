@@ -473,6 +473,7 @@ def test_limits_hold_with_their_state_in_one_slot(
     from django_delayq import registry
     from django_delayq.store.keys import LIMITS_SHARD
     from tests.limits.conftest import serving
+    from tests.support.helpers import most_at_once
     from tests.testapp import limited
     from tests.testapp.models import Run
 
@@ -499,13 +500,7 @@ def test_limits_hold_with_their_state_in_one_slot(
             registry.unregister(task.name)
     runs = list(Run.objects.all())
     concurrent = [r for r in runs if r.key.startswith("c")]
-    events = sorted(
-        [(r.started, 1) for r in concurrent] + [(r.ended, -1) for r in concurrent]
-    )
-    at_once = most = 0
-    for _, change in events:
-        at_once += change
-        most = max(most, at_once)
+    most = most_at_once(concurrent)
     assert most == 2
     starts = sorted(r.started for r in runs if r.key.startswith("r"))
     assert all(

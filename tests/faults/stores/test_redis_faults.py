@@ -14,6 +14,7 @@ from django_delayq import cancel
 from django_delayq.models import DelayedTask, OutboxEntry, Status
 from django_delayq.store.keys import decode_member
 from tests.faults.harness import (
+    REDIS_LOSSES,
     SWEEP_INTERVAL,
     Proc,
     Rig,
@@ -118,20 +119,7 @@ def test_redis_frozen_during_schedule(rig: Rig) -> None:
     assert slowest < 0.6, f"schedule() held the caller up {slowest:.2f} s"
 
 
-def _flushall(rig: Rig) -> None:
-    rig.client.flushall()
-
-
-def _restart_empty(rig: Rig) -> None:
-    rig.redis.kill()
-    time.sleep(0.5)
-    rig.redis.start()
-
-
-@pytest.mark.parametrize(
-    ("fault", "inject"),
-    [("FLUSHALL", _flushall), ("redis killed, restarted empty", _restart_empty)],
-)
+@pytest.mark.parametrize(("fault", "inject"), REDIS_LOSSES)
 def test_redis_loses_everything_mid_drain(
     rig: Rig, fault: str, inject: Callable[[Rig], None]
 ) -> None:

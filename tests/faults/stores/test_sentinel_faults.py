@@ -225,6 +225,7 @@ def test_limits_hold_through_a_failover(
     anything more is admitted; every task runs to its end once."""
     from django_delayq import registry
     from tests.limits.conftest import serving
+    from tests.support.helpers import most_at_once
     from tests.testapp import limited
     from tests.testapp.models import Run
 
@@ -255,10 +256,6 @@ def test_limits_hold_through_a_failover(
         for task in limited.TASKS:
             registry.unregister(task.name)
     runs = list(Run.objects.all())
-    events = sorted([(r.started, 1) for r in runs] + [(r.ended, -1) for r in runs])
-    at_once = most = 0
-    for _, change in events:
-        at_once += change
-        most = max(most, at_once)
+    most = most_at_once(runs)
     assert most <= 2
     assert sorted(r.key for r in runs) == sorted(f"f{i}" for i in range(8))
