@@ -390,8 +390,14 @@ class Dispatcher:
         )
         timeout = deadline - time.monotonic()
         # A handover that came after this pass's lease check cleared the
-        # wake-up with the others: look at the leases again now.
-        if timeout > 0 and not self._listener.handed_over(clear=False):
+        # wake-up with the others: look at the leases again now. So did a
+        # stop() that came before this pass cleared it: its wake-up is gone,
+        # and waiting would wait out the whole timeout (a lease period).
+        if (
+            timeout > 0
+            and not self._stopping.is_set()
+            and not self._listener.handed_over(clear=False)
+        ):
             self._wake.wait(timeout)
 
     def _hand_back(self, client: Client) -> None:
