@@ -45,14 +45,25 @@ REPORT_EVERY = 0.25
 
 
 class _Starts:
-    """When each function under limits started, by delivery, until reported."""
+    """When each function under limits started, by delivery, until released."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         #: delivery (stream entry id) -> epoch ms, not yet reported
         self.unreported: dict[str, int] = {}
+        #: delivery -> epoch ms, reported (or being reported) and not yet
+        #: released: a release sends the moment again, so that a release
+        #: that reaches Redis before the report still counts the start
+        self.reported: dict[str, int] = {}
         #: whether a worker of this process serves a limits shard
         self.recording = False
+
+    def started(self, entry: str) -> int | None:
+        """When the function of a delivery released now started (None: it
+        did not), no longer kept; under the lock."""
+        unreported = self.unreported.pop(entry, None)
+        reported = self.reported.pop(entry, None)
+        return unreported if unreported is not None else reported
 
 
 _starts = _Starts()
@@ -135,7 +146,7 @@ class Slots:
                 held.difference_update(ids)
             if ids:
                 with _starts.lock:
-                    found[keys] = [(i, _starts.unreported.pop(i, None)) for i in ids]
+                    found[keys] = [(i, _starts.started(i)) for i in ids]
         return found
 
     def release(self, client: Client, entries: Iterable[streams.Entry]) -> None:
@@ -161,6 +172,7 @@ class Slots:
             if not _starts.unreported:
                 return
             starts, _starts.unreported = _starts.unreported, {}
+            _starts.reported.update(starts)
         by_keys: dict[ShardKeys, list[tuple[str, int]]] = defaultdict(list)
         with self._lock:
             for entry, ms in starts.items():
