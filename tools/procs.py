@@ -75,6 +75,12 @@ atexit.unregister(mirakuru.base.cleanup_subprocesses)
 #: taken by a client's connection meanwhile, and the restart then fails.
 _PORTS = range(10_000, 32_768)
 
+#: Every port :func:`free_port` returned in this process. A server binds its
+#: port only when it starts, so two servers built before either starts (the
+#: six nodes of a cluster, each with a client port and a bus port) would
+#: otherwise be able to draw the same free port.
+_handed_out: set[int] = set()
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -85,16 +91,20 @@ class NotReached(TimeoutError):
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that is free right now.
 
-    Another process may take it before the caller binds it; the servers pick
-    a fresh port when that happens on their first start.
+    It is never one this process was given before. Another process may
+    take it before the caller binds it; the servers pick a fresh port when
+    that happens on their first start.
     """
     for _ in range(200):
         port = random.choice(_PORTS)
+        if port in _handed_out:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind((LOOPBACK, port))
             except OSError:
                 continue  # in use, or still in TIME_WAIT
+            _handed_out.add(port)
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))

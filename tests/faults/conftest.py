@@ -21,6 +21,19 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    # Kept on the item, so a rig's teardown knows whether its test failed.
+    report = yield
+    if report.when == "call":
+        item.stash[CALL_FAILED] = report.failed
+    return report
+
+
+#: Whether the test's own body failed.
+CALL_FAILED = pytest.StashKey[bool]()
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not SUMMARY:
         return
@@ -31,7 +44,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 @pytest.fixture
 def make_rig(
-    settings: Any, tmp_path: Path, transactional_db: None
+    request: pytest.FixtureRequest,
+    settings: Any,
+    tmp_path: Path,
+    transactional_db: None,
 ) -> Iterator[Callable[..., Rig]]:
     """Build a :class:`Rig` on a private redis-server (started here, in the main
     thread); the test process and every command it starts use that server."""
@@ -55,6 +71,14 @@ def make_rig(
         for rig in rigs:
             rig.close()
         connection.reset()
+        if request.node.stash.get(CALL_FAILED, False):
+            # A scenario that failed on a loaded CI machine cannot be run
+            # again as it was: what each process said is the evidence. Shown
+            # in the failure's "captured stdout teardown" section.
+            for rig in rigs:
+                for proc in rig.procs:
+                    print(f"--- {proc.label} (pid {proc.pid}), end of its log ---")
+                    print(proc.tail(60))
 
 
 @pytest.fixture

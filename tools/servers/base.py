@@ -118,6 +118,10 @@ class Server(Started):
     def _is_ready(self, pid: int) -> bool:
         raise NotImplementedError
 
+    def _choose_ports(self) -> None:
+        """Draw fresh ports after another process took one before our bind."""
+        self.port = free_port()
+
     def _after_first_start(self) -> None:
         """Run once, after the first successful start."""
 
@@ -154,7 +158,7 @@ class Server(Started):
                 self._spawn()
             except ServerError:
                 if attempt < attempts and self._lost_port_race(offset):
-                    self.port = free_port()
+                    self._choose_ports()
                     continue
                 raise
             break

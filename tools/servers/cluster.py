@@ -50,11 +50,19 @@ class ClusterNode(RedisServer):
             # While a slot has no primary the other slots keep answering, as
             # docs/guide/running.md advises for production.
             "--cluster-require-full-coverage": "no",
-            # Its own port for the cluster bus: the default, the client
-            # port + 10000, may be taken or above 65535.
-            "--cluster-port": str(free_port()),
         }
         super().__init__(extra_args=[part for pair in options.items() for part in pair])
+        # Its own port for the cluster bus: the default, the client port +
+        # 10000, may be taken or above 65535.
+        self.bus_port = free_port()
+
+    def _argv(self) -> list[str]:
+        return [*super()._argv(), "--cluster-port", str(self.bus_port)]
+
+    def _choose_ports(self) -> None:
+        # The log does not say which of the two ports was taken.
+        super()._choose_ports()
+        self.bus_port = free_port()
 
 
 class RedisCluster(Started):
