@@ -198,3 +198,31 @@ _CHECKS: dict[str, Callable[[object, str], str | None]] = {
 
 #: The names of the task options, in the order they are checked.
 TASK_OPTIONS = tuple(_CHECKS)
+
+
+# -- what a failed attempt leads to, when the task decides -----------------------
+#
+# By default a failed attempt is retried after an exponential backoff while the
+# row has attempts left (django_delayq.outcomes.retry_delay). A task class may
+# decide otherwise per failure, through Task.next_attempt(): fail at once, retry
+# after a delay of its own, or retry beyond the row's max_attempts. The Celery
+# kit (django_delayq.contrib.celery) does, for self.retry() and autoretry_for.
+
+
+@dataclasses.dataclass(frozen=True)
+class NextAttempt:
+    """A task's decision on one failed attempt."""
+
+    #: how long until the next attempt; None: no retry, the task fails now
+    delay: datetime.timedelta | None
+    #: the row's new attempt budget, when this retry goes beyond the old one
+    max_attempts: int | None = None
+
+
+#: No retry: the task fails with this attempt's error.
+FAIL_NOW = NextAttempt(delay=None)
+
+
+def retry_after(seconds: float, *, max_attempts: int | None = None) -> NextAttempt:
+    """Retry after ``seconds``, raising the row's budget to ``max_attempts``."""
+    return NextAttempt(datetime.timedelta(seconds=max(seconds, 0.0)), max_attempts)

@@ -20,6 +20,7 @@ import enum
 import logging
 import random
 import traceback
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -29,6 +30,9 @@ from .conf import get_settings
 from .models import DelayedTask, OutboxEntry, Status, write_db
 from .outbox import index_after_commit
 from .timing import ceil_ms
+
+if TYPE_CHECKING:
+    from .registry import Task
 
 #: The task events' logger. Its name is documented (operators route these
 #: lines by it), so it does not follow this module's.
@@ -56,8 +60,13 @@ def record_failure(
     *,
     error: str | None = None,
     trace: str | None = None,
+    task: Task[Any, Any] | None = None,
 ) -> Verdict:
     """Schedule the next attempt of ``row``, or fail the task.
+
+    ``task`` (the registered task that ran) may decide what the failure
+    leads to (:meth:`~django_delayq.registry.Task.next_attempt`); without
+    a decision, a retry after the backoff while attempts are left.
 
     Runs in the caller's transaction if there is one (a group's), else in
     its own; the log line and signal follow the commit either way.
@@ -65,13 +74,29 @@ def record_failure(
     attempt = row.attempts
     error = f"{type(exc).__name__}: {exc}" if error is None else error
     trace = traceback.format_exc() if trace is None else trace
-    if attempt >= row.max_attempts:
+    decided = (
+        None if task is None else task.next_attempt(exc, attempt, row.max_attempts)
+    )
+    if decided is None:
+        retrying = attempt < row.max_attempts
+        delay = retry_delay(attempt) if retrying else None
+        budget = None
+    else:
+        retrying = decided.delay is not None
+        delay, budget = decided.delay, decided.max_attempts
+        if budget is not None and budget <= row.max_attempts:
+            budget = None
+        if retrying and budget is None and attempt >= row.max_attempts:
+            retrying = False  # no attempt left, and the task gave none
+    if not retrying or delay is None:
         failed = fail(row, attempt, error, trace, expect=Status.RUNNING)
         return Verdict.FAILED if failed else Verdict.FENCED
-    run_at = ceil_ms(timezone.now() + retry_delay(attempt))
+    run_at = ceil_ms(timezone.now() + delay)
     db = write_db()
     with transaction.atomic(using=db, savepoint=False):
-        if not transitions.retry_later(row, attempt, run_at, error, trace, db):
+        if not transitions.retry_later(
+            row, attempt, run_at, error, trace, db, max_attempts=budget
+        ):
             return Verdict.FENCED
         error = row.last_error  # as the row keeps it (clipped), for the report
         # The retry goes through the same due-set as any delayed task.

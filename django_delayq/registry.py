@@ -30,6 +30,7 @@ from .options import validate_priority as validate_priority
 
 if TYPE_CHECKING:
     from .models import DelayedTask
+    from .options import NextAttempt
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -164,6 +165,15 @@ class Task(Generic[P, R]):
         """
         return None
 
+    def next_attempt(
+        self, exc: BaseException, attempt: int, max_attempts: int
+    ) -> NextAttempt | None:
+        """What the failure of ``attempt`` (of ``max_attempts``) with ``exc``
+        leads to; None for the default: a retry after the backoff while
+        attempts are left, else the task fails. Task classes override it
+        (see :class:`~django_delayq.options.NextAttempt`)."""
+        return None
+
     def schedule(self, **options: Unpack[ScheduleOptions]) -> DelayedTask:
         """Schedule this task; ``options`` as for :func:`django_delayq.schedule`."""
         # Imported here, as Django's Task.get_backend() imports its backends:
@@ -178,6 +188,12 @@ class Task(Generic[P, R]):
         from .api import aschedule  # as schedule() above
 
         return await aschedule(self, **options)
+
+    def run_attempt(self, row: DelayedTask, limit: float | None) -> Any:
+        """Run the function for an attempt of ``row``, as a worker does:
+        :meth:`run` with the row's arguments. A task class that needs the
+        attempt itself (its id, its attempt number) overrides this."""
+        return self.run(row.args, row.kwargs, limit)
 
     def run(
         self, args: Sequence[Any], kwargs: dict[str, Any], limit: float | None

@@ -239,13 +239,18 @@ def retry_later(
     error: str,
     trace: str,
     using: str,
+    *,
+    max_attempts: int | None = None,
 ) -> bool:
-    """``running -> scheduled`` at ``run_at`` after a failed attempt.
+    """``running -> scheduled`` at ``run_at`` after a failed attempt, with
+    ``max_attempts`` as the row's new attempt budget if given (a task that
+    retries beyond it, see :class:`~django_delayq.options.NextAttempt`).
 
     False if the attempt was fenced (nothing written). The caller indexes
     the row again after commit.
     """
     error, trace = _clipped_failure(error, trace)
+    budget = {} if max_attempts is None else {"max_attempts": max_attempts}
     updated = (
         DelayedTask.objects.using(using)
         .filter(**_fence(row, attempt), status=Status.RUNNING)
@@ -255,11 +260,14 @@ def retry_later(
             started_at=row.started_at,
             last_error=error,
             last_traceback=trace,
+            **budget,
         )
     )
     if updated:
         row.status, row.run_at = Status.SCHEDULED, run_at
         row.last_error, row.last_traceback = error, trace
+        if max_attempts is not None:
+            row.max_attempts = max_attempts
     return bool(updated)
 
 

@@ -247,14 +247,14 @@ def run_alone(
                 transaction.on_commit(lambda: committed.append(True), using=db)
                 with watchdog.running(row, limit):
                     note_start(row)
-                    value = registered.run(row.args, row.kwargs, limit)
+                    value = registered.run_attempt(row, limit)
                 result = stored_value(row, value)
                 if not transitions.succeed(row, result, started, timezone.now(), db):
                     raise Fenced
         else:
             with watchdog.running(row, limit):
                 note_start(row)
-                value = registered.run(row.args, row.kwargs, limit)
+                value = registered.run_attempt(row, limit)
             result = stored_value(row, value)
             if not transitions.succeed(row, result, started, timezone.now(), db):
                 raise Fenced
@@ -271,7 +271,7 @@ def run_alone(
         else:
             # Task code calling sys.exit() (or raising KeyboardInterrupt)
             # fails its attempt like any error; it must not end the thread.
-            record_failure(row, exc, error=failure_text(exc, limit))
+            record_failure(row, exc, error=failure_text(exc, limit), task=registered)
             return True
     report_success(row)
     return True

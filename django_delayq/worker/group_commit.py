@@ -287,7 +287,7 @@ def _run_one(
             with savepoints.around_task():
                 with watchdog.running(row, limit):
                     note_start(row)
-                    value = registered.run(row.args, row.kwargs, limit)
+                    value = registered.run_attempt(row, limit)
                 value = stored_value(row, value)
         finally:
             runs.append((row.name, time.monotonic() - clock))
@@ -297,7 +297,9 @@ def _run_one(
         # Only this task's savepoint was rolled back. Task code calling
         # sys.exit() fails its attempt like any error.
         error = failure_text(exc, limit)
-        verdict = record_failure(row, exc, error=error, trace=traceback.format_exc())
+        verdict = record_failure(
+            row, exc, error=error, trace=traceback.format_exc(), task=registered
+        )
         if verdict is Verdict.FENCED:
             raise Fenced from None
         return None
