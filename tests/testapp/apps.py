@@ -14,3 +14,6 @@ class TestAppConfig(AppConfig):
         if os.environ.get("DELAYQ_TEST_LIMITED"):
             # The processes the tests of limits start (see limited.py).
             from tests.testapp import limited  # noqa: F401
+        if os.environ.get("DELAYQ_TEST_CELERY"):
+            # The worker processes the Celery kit's tests start.
+            from tests.testapp import celery_style  # noqa: F401

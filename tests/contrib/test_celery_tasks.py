@@ -1,0 +1,321 @@
+"""The Celery kit's task API: a Celery-style tasks module
+(tests/testapp/celery_style.py) scheduled and run through django-delayq,
+retries counted as Celery counts them, and every refused option's error."""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+from typing import Any
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from django_delayq.contrib.celery import (
+    AsyncResult,
+    MaxRetriesExceededError,
+    NotSupported,
+    Retry,
+    chain,
+    group,
+    shared_task,
+)
+from django_delayq.exceptions import (
+    InvalidArgument,
+    InvalidTaskDefinition,
+    InvalidTaskState,
+)
+from django_delayq.models import DelayedTask, Status
+from django_delayq.testing import run_due, test_mode
+from tests.testapp import celery_style
+from tests.testapp.celery_style import (
+    add,
+    breaks,
+    call_gateway,
+    fire_and_forget,
+    retries_beyond,
+    send_reminder,
+)
+from tests.testapp.models import Ledger
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
+
+
+@pytest.fixture(autouse=True)
+def _manual() -> Any:
+    celery_style.calls.clear()
+    with test_mode("manual"):
+        yield
+
+
+def later(seconds: float) -> datetime.datetime:
+    return timezone.now() + datetime.timedelta(seconds=seconds)
+
+
+# -- scheduling ----------------------------------------------------------------
+
+
+def test_delay_schedules_a_row_that_runs_now_and_get_returns_its_value() -> None:
+    result = add.delay(2, 3)
+    row = DelayedTask.objects.get(pk=result.id)
+    assert (row.name, row.args, row.status) == (add.name, [2, 3], Status.SCHEDULED)
+    assert (result.state, result.ready()) == ("PENDING", False)
+    run_due()
+    assert (result.state, result.ready(), result.successful()) == (
+        "SUCCESS",
+        True,
+        True,
+    )
+    assert result.get(timeout=1) == 5
+    assert result.result == 5
+    assert add.name == "tests.testapp.celery_style.add"  # Celery's default name
+
+
+def test_apply_async_with_countdown_queue_and_priority() -> None:
+    before = timezone.now()
+    result = add.apply_async(args=[1], kwargs={"y": 2}, countdown=900, priority=7)
+    row = DelayedTask.objects.get(pk=result.id)
+    assert row.kwargs == {"y": 2}
+    assert row.priority == 7
+    assert before + datetime.timedelta(seconds=899) < row.run_at
+    assert row.run_at < timezone.now() + datetime.timedelta(seconds=901)
+    assert run_due() == []  # not due yet
+    assert [ran.outcome for ran in run_due(until=later(901))] == ["succeeded"]
+    assert AsyncResult(result.id).get(timeout=1) == 3
+
+
+def test_apply_async_with_eta_and_a_task_queue() -> None:
+    eta = later(3600)
+    result = fire_and_forget.apply_async(args=["eta"], eta=eta)
+    row = DelayedTask.objects.get(pk=result.id)
+    assert (row.queue, row.priority) == ("orders", 5)
+    assert abs((row.run_at - eta).total_seconds()) < 0.002
+
+
+def test_a_rolled_back_delay_never_runs() -> None:
+    with pytest.raises(RuntimeError), transaction.atomic():
+        add.delay(1, 1)
+        raise RuntimeError("the view failed")
+    assert not DelayedTask.objects.exists()
+
+
+def test_a_direct_call_runs_the_function_here() -> None:
+    assert add(2, 2) == 4
+    assert send_reminder("direct") == {"id": None, "retries": 0}
+    assert not DelayedTask.objects.exists()
+
+
+def test_arguments_that_do_not_fit_are_refused_when_scheduled() -> None:
+    with pytest.raises(TypeError, match="missing a required argument: 'y'"):
+        add.delay(1)
+    # bind=True: the task is the function's first parameter, not the caller's.
+    with pytest.raises(TypeError, match="takes 2 positional arguments but 3"):
+        send_reminder.delay("k", 0, "extra")
+    assert not DelayedTask.objects.exists()
+
+
+def test_revoke_cancels_a_task_that_has_not_started() -> None:
+    result = add.apply_async(args=[1, 1], countdown=60)
+    assert result.revoke() is True
+    assert result.state == "REVOKED"
+    assert result.ready()
+    assert result.revoke() is False
+    assert run_due(until=later(61)) == []
+    with pytest.raises(Exception, match="was cancelled") as raised:
+        result.get(timeout=1)
+    assert type(raised.value).__name__ == "TaskRevokedError"
+
+
+# -- retries, counted as Celery counts them ---------------------------------
+
+
+def test_self_retry_counts_retries_and_keeps_the_request() -> None:
+    result = send_reminder.delay("r", failures=2)
+    ran = run_due(until=later(3600))
+    assert [r.outcome for r in ran] == ["retrying", "retrying", "succeeded"]
+    # default_retry_delay=30: each retry is due 30 s after the failure.
+    gaps = [
+        (b.started_at - a.started_at).total_seconds()
+        for a, b in itertools.pairwise(ran)
+    ]
+    assert all(29.9 < gap < 31 for gap in gaps), gaps
+    assert result.get() == {"id": result.id, "retries": 2}
+    row = DelayedTask.objects.get(pk=result.id)
+    assert (row.attempts, row.max_attempts) == (3, 3)  # max_retries=2: 3 attempts
+
+
+def test_self_retry_past_max_retries_raises_the_exception() -> None:
+    result = send_reminder.delay("x", failures=5)
+    ran = run_due(until=later(3600))
+    # max_retries=2: the first attempt and two retries, then the error.
+    assert [r.outcome for r in ran] == ["retrying", "retrying", "failed"]
+    assert result.state == "FAILURE"
+    assert result.failed()
+    with pytest.raises(ConnectionError, match="attempt 3 failed"):
+        result.get()
+    assert isinstance(result.get(propagate=False), ConnectionError)
+    assert celery_style.calls["x"] == 3
+
+
+def test_an_exception_not_in_autoretry_for_fails_at_once() -> None:
+    result = breaks.delay("b")
+    assert [r.outcome for r in run_due(until=later(3600))] == ["failed"]
+    assert celery_style.calls["b"] == 1  # max_retries=5 counts self.retry() only
+    with pytest.raises(ValueError, match="bad input"):
+        result.get()
+
+
+def test_autoretry_for_with_backoff_as_celery_computes_it() -> None:
+    result = call_gateway.delay("g", failures=3)
+    ran = run_due(until=later(3600))
+    assert [r.outcome for r in ran] == ["retrying"] * 3 + ["succeeded"]
+    # retry_backoff=True, no jitter: 1, 2 and 4 s after each failure.
+    gaps = [
+        round((b.started_at - a.started_at).total_seconds())
+        for a, b in itertools.pairwise(ran)
+    ]
+    assert gaps == [1, 2, 4]
+    assert result.get() == 4
+
+
+def test_autoretry_stops_at_retry_kwargs_max_retries() -> None:
+    result = call_gateway.delay("g2", failures=10)
+    ran = run_due(until=later(3600))
+    assert [r.outcome for r in ran] == ["retrying"] * 3 + ["failed"]
+    with pytest.raises(TimeoutError, match="attempt 4 timed out"):
+        result.get()
+
+
+def test_retry_with_a_larger_max_retries_than_the_task() -> None:
+    result = retries_beyond.delay("beyond")
+    ran = run_due(until=later(3600))
+    assert [r.outcome for r in ran] == ["retrying"] * 5 + ["succeeded"]
+    assert result.get() == 6
+    row = DelayedTask.objects.get(pk=result.id)
+    assert row.attempts == 6
+    assert row.max_attempts >= 6
+
+
+def test_retry_without_exc_past_the_limit_raises_max_retries_exceeded() -> None:
+    @shared_task(bind=True, max_retries=0, name="celery_style.no_retries")
+    def no_retries(self: Any) -> None:
+        raise self.retry()
+
+    result = no_retries.delay()
+    run_due()
+    with pytest.raises(Exception, match="MaxRetriesExceededError: Can't retry"):
+        result.get()
+
+
+def test_a_task_that_is_retrying_says_retry() -> None:
+    result = send_reminder.delay("s", failures=1)
+    run_due()
+    assert result.state == "RETRY"
+    assert not result.ready()
+    assert "ConnectionError" in DelayedTask.objects.get(pk=result.id).last_error
+
+
+# -- results ---------------------------------------------------------------------
+
+
+def test_ignore_result_stores_none_and_get_says_why() -> None:
+    result = fire_and_forget.delay("ignored")
+    run_due()
+    assert result.successful()
+    assert result.result is None
+    assert Ledger.objects.filter(key="ignored").exists()
+    with pytest.raises(InvalidTaskState, match="ignore_result=True"):
+        result.get()
+
+
+def test_get_times_out_with_celery_s_error() -> None:
+    result = add.apply_async(args=[1, 2], countdown=600)
+    with pytest.raises(TimeoutError, match=r"did not finish within 0\.2 s"):
+        result.get(timeout=0.2)
+
+
+def test_get_inside_the_scheduling_transaction_refuses_to_wait_for_ever() -> None:
+    with transaction.atomic():
+        result = add.delay(1, 2)
+        with pytest.raises(InvalidTaskState, match="inside a database transaction"):
+            result.get(timeout=5)
+
+
+def test_an_unknown_id_is_pending() -> None:
+    assert AsyncResult("0190a8c4-0000-7000-8000-000000000000").state == "PENDING"
+    assert AsyncResult("not-a-uuid").state == "PENDING"
+
+
+# -- what is refused, by name -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"serializer": "pickle"}, "serializer= is not supported"),
+        ({"expires": 60}, "expires= is not supported"),
+        ({"base": object}, "base= is not supported"),
+        ({"acks_late": False}, "acks_late=False is not supported"),
+        ({"max_retry": 3}, "unknown option max_retry="),
+        ({"max_retries": -1}, "max_retries must be None or an integer"),
+        ({"autoretry_for": (int,)}, "autoretry_for must be a tuple of exception"),
+        ({"retry_kwargs": {"interval": 2}}, "retry_kwargs takes max_retries"),
+        (
+            {"rate_limit": "ten"},
+            'work: @shared_task\\(rate_limit=...\\) must be a string "N/s"',
+        ),
+        ({"time_limit": "1m"}, "time_limit must be a number of seconds"),
+    ],
+)
+def test_refused_task_options_name_the_option(
+    options: dict[str, Any], message: str
+) -> None:
+    def work() -> None: ...
+
+    with pytest.raises(InvalidTaskDefinition, match=message):
+        shared_task(name="celery_style.refused", **options)(work)
+
+
+def test_bind_needs_a_first_parameter() -> None:
+    def work() -> None: ...
+
+    with pytest.raises(InvalidTaskDefinition, match="must take the task as its first"):
+        shared_task(bind=True, name="celery_style.unbound")(work)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"link": "x"}, "link= is not supported: callbacks"),
+        ({"expires": 60}, "expires= is not supported"),
+        ({"task_id": "abc"}, "pass key=... \\(a dedupe key\\)"),
+        ({"routing_key": "x"}, "pass queue=... instead"),
+        ({"countdwon": 5}, "unknown option countdwon="),
+    ],
+)
+def test_refused_call_options_name_the_option(
+    options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        add.apply_async(args=[1, 2], **options)
+    assert not DelayedTask.objects.exists()
+
+
+def test_the_canvas_is_refused_with_what_to_do_instead() -> None:
+    with pytest.raises(NotSupported, match="s\\(\\) is not supported"):
+        add.s(1, 2)
+    with pytest.raises(NotSupported, match="chain\\(\\) is not supported"):
+        chain(add, add)
+    with pytest.raises(NotSupported, match="schedule_many"):
+        group()
+    with pytest.raises(NotSupported, match="terminate"):
+        add.delay(1, 2).revoke(terminate=True)
+
+
+def test_retry_outside_a_worker_raises_the_exception_as_celery_does() -> None:
+    with pytest.raises(ConnectionError):
+        send_reminder("direct-fail", failures=1)
+    with pytest.raises(Retry):
+        retries_beyond("direct-retry")
+    assert MaxRetriesExceededError.__mro__[1].__name__ == "DelayQueueException"
