@@ -7,6 +7,7 @@ MariaDB) and points the settings at them.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import tempfile
@@ -31,6 +32,10 @@ INSTALLED_APPS = [
     "tests.testapp",
     "tests.discovered",
 ]
+if importlib.util.find_spec("django_celery_beat") is not None:
+    # The Django 5.2 leg: delayq_import_beat reads a real django-celery-beat
+    # database (tests/contrib/test_celery_beat_import.py).
+    INSTALLED_APPS.append("django_celery_beat")
 
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -146,6 +151,10 @@ if os.environ.get("DELAYQ_TEST_LIMITED"):
 # (tests/acceptance/commands/test_periodic_processes.py).
 if "DELAYQ_TEST_PERIODIC" in os.environ:
     DELAYQ["PERIODIC"] = json.loads(os.environ["DELAYQ_TEST_PERIODIC"])
+# Middleware of the worker processes a test starts, as JSON
+# (tests/acceptance/commands/test_middleware_processes.py).
+if "DELAYQ_TEST_MIDDLEWARE" in os.environ:
+    DELAYQ["MIDDLEWARE"] = json.loads(os.environ["DELAYQ_TEST_MIDDLEWARE"])
 
 # Django's Tasks framework (django.tasks on Django 6, the django-tasks
 # backport on 5.2) on django-delayq. "elsewhere" is another backend: a worker

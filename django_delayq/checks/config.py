@@ -220,6 +220,28 @@ def check_periodic(**kwargs: Any) -> list[CheckMessage]:
     ]
 
 
+def check_middleware(**kwargs: Any) -> list[CheckMessage]:
+    """Report ``DELAYQ["MIDDLEWARE"]`` entries that cannot be imported or
+    built (``delayq.E021``): every run would fail."""
+    from ..worker.attempts import load
+
+    try:
+        settings = conf.parse(conf.raw_settings())
+    except InvalidConfiguration:
+        return []  # check_settings reports it
+    try:
+        load(settings.middleware)
+    except InvalidConfiguration as exc:
+        return [
+            Error(
+                str(exc),
+                hint="Fix the path, or remove the entry (see the execution guide).",
+                id=check_ids.MIDDLEWARE,
+            )
+        ]
+    return []
+
+
 def check_key_prefix_owner(
     databases: Sequence[str] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:

@@ -29,6 +29,7 @@ TEST_MODE_DEPLOYED = "delayq.E017"  # deploy: TEST_MODE set with DEBUG off
 DATABASES_APART = "delayq.E018"  # the router splits the app's models
 DATABASE_UNSUPPORTED = "delayq.E019"  # the task rows' database is not supported
 DATABASE_CHARSET = "delayq.E020"  # MySQL/MariaDB connection not in utf8mb4
+MIDDLEWARE = "delayq.E021"  # MIDDLEWARE is not a list of importable middleware
 UNKNOWN_SETTING = "delayq.W001"  # an unknown key in DELAYQ
 REDIS_EVICTS = "delayq.W002"  # deploy: maxmemory-policy is not noeviction
 REDIS_NOT_PERSISTENT = "delayq.W003"  # deploy: no RDB, no AOF
@@ -58,6 +59,7 @@ ALL = (
     DATABASES_APART,
     DATABASE_UNSUPPORTED,
     DATABASE_CHARSET,
+    MIDDLEWARE,
     UNKNOWN_SETTING,
     REDIS_EVICTS,
     REDIS_NOT_PERSISTENT,

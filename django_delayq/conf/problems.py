@@ -51,6 +51,7 @@ def find_problems(raw: Any) -> list[Problem]:
     problems = [*_unknown_keys(raw), *connection_problems(raw)]
     problems += _queue_problems(raw.get("QUEUES", DEFAULTS["QUEUES"]))
     problems += _number_problems(raw)
+    problems += _middleware_problems(raw.get("MIDDLEWARE", DEFAULTS["MIDDLEWARE"]))
     mode = raw.get("TEST_MODE", DEFAULTS["TEST_MODE"])
     if mode is not None and not is_test_mode(mode):
         problems.append(
@@ -187,6 +188,24 @@ def _queue_problems(queues: Any) -> list[Problem]:
                     )
                 )
     return problems
+
+
+def _middleware_problems(value: Any) -> list[Problem]:
+    """The shape of ``MIDDLEWARE``; whether each entry imports is
+    ``checks.config.check_middleware``'s (settings are read before the
+    project's modules can be imported)."""
+    if isinstance(value, list | tuple) and all(
+        isinstance(path, str) and "." in path for path in value
+    ):
+        return []
+    return [
+        Problem(
+            check_ids.MIDDLEWARE,
+            f'DELAYQ["MIDDLEWARE"] must be a list of dotted paths of middleware '
+            f"classes; got {short_repr(value)}.",
+            'For example "MIDDLEWARE": ["shop.tasks.TenantMiddleware"].',
+        )
+    ]
 
 
 def _number_problems(raw: Mapping[Any, Any]) -> list[Problem]:

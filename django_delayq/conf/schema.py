@@ -36,6 +36,7 @@ DEFAULTS: dict[str, Any] = {
     "TIME_LIMIT": None,
     "PERIODIC": {},
     "TEST_MODE": None,
+    "MIDDLEWARE": [],
 }
 
 #: The named values of ``TEST_MODE`` and the indexer class each stands for

@@ -91,6 +91,8 @@ class Settings:
     #: dotted path of an indexer class) when the testing toolkit stands in
     #: for Redis (:data:`~django_delayq.conf.schema.TEST_MODES` names them)
     test_mode: str | None = None
+    #: ``MIDDLEWARE``: the dotted paths of the middleware around every run
+    middleware: tuple[str, ...] = ()
 
     def queue(self, name: str) -> QueueSettings:
         """Return the settings of queue ``name`` or raise :class:`UnknownQueue`."""
@@ -163,6 +165,7 @@ def parse(raw: Any) -> Settings:
             None if values["TIME_LIMIT"] is None else float(values["TIME_LIMIT"])
         ),
         test_mode=values["TEST_MODE"],
+        middleware=tuple(values["MIDDLEWARE"]),
     )
 
 

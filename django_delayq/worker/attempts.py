@@ -1,6 +1,16 @@
 """What running a task's function takes, for either path: the one-row path
 (:mod:`.execution`) and the group (:mod:`.group_commit`).
 
+The function is called through ``DELAYQ["MIDDLEWARE"]`` (:func:`run_attempt`),
+code of the project's around every run, written as Django's middleware
+are: a class built once per process with the next step of the chain,
+called for each run with a :class:`TaskRun`, returning what the next step
+returns. The first entry of the setting is the outermost. The chain runs
+where the function runs, inside the attempt's transaction (for an
+``atomic`` task) and under its time limit; what a middleware raises, or
+lets through from the function, is the attempt's outcome: it fails that
+run, never the worker.
+
 Which rows a function must not be called for (:func:`refusal`), what a
 function may raise that fails only its attempt (:data:`FAILURES`), its time
 limit, the error text recorded, the return value as stored, and the fence
@@ -11,12 +21,23 @@ over.
 from __future__ import annotations
 
 import logging
+import threading
 import traceback
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
+
+from django.utils.module_loading import import_string
 
 from .. import registry
 from ..conf import get_settings
-from ..exceptions import InvalidPayload, TaskRefused, TimeLimitExceeded
+from ..exceptions import (
+    InvalidConfiguration,
+    InvalidPayload,
+    TaskRefused,
+    TimeLimitExceeded,
+)
 from ..models import DelayedTask, Status
 from ..outcomes import fail
 from ..payload import check_value
@@ -102,3 +123,103 @@ def log_fenced(row: DelayedTask) -> None:
         row.pk,
         row.attempts,
     )
+
+
+# -- DELAYQ["MIDDLEWARE"] ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    """One run of a task, as middleware sees it."""
+
+    #: the task's id (its row's primary key)
+    id: uuid.UUID
+    #: the registered task's name
+    name: str
+    queue: str
+    #: this attempt's number, from 1
+    attempt: int
+    max_attempts: int
+    args: Sequence[Any]
+    kwargs: dict[str, Any]
+    #: the registered task (its options: ``task.time_limit``, ...)
+    task: registry.Task[Any, Any]
+    _call: Callable[[], Any] = field(repr=False, compare=False)
+
+
+#: A step of the chain: a run in, the function's value out.
+Handler = Callable[[TaskRun], Any]
+
+
+def _innermost(run: TaskRun) -> Any:
+    return run._call()
+
+
+_lock = threading.Lock()
+#: (the setting's paths, the chain built from them)
+_built: tuple[tuple[str, ...], Handler] = ((), _innermost)
+
+
+def load(paths: Sequence[str]) -> Handler:
+    """The chain of the middleware at ``paths``, outermost first; raise
+    :class:`~django_delayq.exceptions.InvalidConfiguration` naming an entry
+    that cannot be imported or built."""
+    handler: Handler = _innermost
+    for path in reversed(paths):
+        where = f'DELAYQ["MIDDLEWARE"] entry {path!r}'
+        try:
+            factory = import_string(path)
+        except ImportError as exc:
+            raise InvalidConfiguration(
+                f"{where} cannot be imported ({exc}); give the dotted path of "
+                f"a middleware class, such as 'shop.tasks.TenantMiddleware'."
+            ) from None
+        try:
+            handler = factory(handler)
+        except Exception as exc:
+            raise InvalidConfiguration(
+                f"{where} could not be built with the next step of the chain "
+                f"({type(exc).__name__}: {exc}); its __init__ takes one argument, "
+                f"as a Django middleware's does."
+            ) from None
+        if not callable(handler):
+            raise InvalidConfiguration(
+                f"{where} built an object that cannot be called; give it a "
+                f"__call__(self, run) method."
+            )
+    return handler
+
+
+def chain() -> Handler:
+    """This process's chain, built again when the setting changes."""
+    global _built
+    paths = get_settings().middleware
+    built = _built
+    if built[0] != paths:
+        with _lock:
+            if _built[0] != paths:
+                _built = (paths, load(paths))
+            built = _built
+    return built[1]
+
+
+def run_attempt(
+    registered: registry.Task[Any, Any], row: DelayedTask, limit: float | None
+) -> Any:
+    """Call ``registered``'s function for an attempt of ``row`` through the
+    middleware; without any, the function alone."""
+    handler = chain()
+    if handler is _innermost:
+        return registered.run_attempt(row, limit)
+    run = TaskRun(
+        id=row.pk,
+        name=row.name,
+        queue=row.queue,
+        attempt=row.attempts,
+        max_attempts=row.max_attempts,
+        args=row.args,
+        kwargs=row.kwargs,
+        task=registered,
+        _call=lambda: registered.run_attempt(row, limit),
+    )
+    return handler(run)

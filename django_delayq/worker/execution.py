@@ -60,6 +60,7 @@ from .attempts import (
     log_fenced,
     refusal,
     refuse,
+    run_attempt,
     stored_value,
     time_limit_of,
 )
@@ -247,14 +248,14 @@ def run_alone(
                 transaction.on_commit(lambda: committed.append(True), using=db)
                 with watchdog.running(row, limit):
                     note_start(row)
-                    value = registered.run_attempt(row, limit)
+                    value = run_attempt(registered, row, limit)
                 result = stored_value(row, value)
                 if not transitions.succeed(row, result, started, timezone.now(), db):
                     raise Fenced
         else:
             with watchdog.running(row, limit):
                 note_start(row)
-                value = registered.run_attempt(row, limit)
+                value = run_attempt(registered, row, limit)
             result = stored_value(row, value)
             if not transitions.succeed(row, result, started, timezone.now(), db):
                 raise Fenced

@@ -48,6 +48,7 @@ from .attempts import (
     failure_text,
     refusal,
     refuse,
+    run_attempt,
     stored_value,
     time_limit_of,
 )
@@ -287,7 +288,7 @@ def _run_one(
             with savepoints.around_task():
                 with watchdog.running(row, limit):
                     note_start(row)
-                    value = registered.run_attempt(row, limit)
+                    value = run_attempt(registered, row, limit)
                 value = stored_value(row, value)
         finally:
             runs.append((row.name, time.monotonic() - clock))
