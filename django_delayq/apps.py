@@ -25,6 +25,7 @@ class DelayQueueConfig(AppConfig):
         register(config.check_tasks_framework, "django_delayq")
         register(config.check_periodic, "django_delayq")
         register(config.check_middleware, "django_delayq")
+        register(config.check_celery_eager, "django_delayq")
         # Needs the database and Redis: run by `check --database` and by
         # `migrate`, as Django's own database checks are.
         register(config.check_key_prefix_owner, "django_delayq", "database")

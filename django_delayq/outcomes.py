@@ -28,15 +28,18 @@ from django.utils import timezone
 from . import signals, transitions
 from .conf import get_settings
 from .models import DelayedTask, OutboxEntry, Status, write_db
+from .options import FAIL_NOW
 from .outbox import index_after_commit
 from .timing import ceil_ms
 
 if TYPE_CHECKING:
+    from .options import NextAttempt
     from .registry import Task
 
 #: The task events' logger. Its name is documented (operators route these
 #: lines by it), so it does not follow this module's.
 events = logging.getLogger("django_delayq.execution")
+logger = logging.getLogger(__name__)
 
 
 class Verdict(enum.Enum):
@@ -74,9 +77,7 @@ def record_failure(
     attempt = row.attempts
     error = f"{type(exc).__name__}: {exc}" if error is None else error
     trace = traceback.format_exc() if trace is None else trace
-    decided = (
-        None if task is None else task.next_attempt(exc, attempt, row.max_attempts)
-    )
+    decided = _decision(task, exc, row)
     if decided is None:
         retrying = attempt < row.max_attempts
         delay = retry_delay(attempt) if retrying else None
@@ -109,6 +110,36 @@ def record_failure(
 
         transaction.on_commit(report, using=db)
     return Verdict.RETRYING
+
+
+def registered_task(row: DelayedTask) -> Task[Any, Any] | None:
+    """The task of ``row`` in this process, for :func:`record_failure`'s
+    ``task`` where the caller has only the row; None if none is
+    registered."""
+    from .exceptions import TaskNotRegistered
+    from .registry import get
+
+    try:
+        return get(row.name)
+    except TaskNotRegistered:
+        return None
+
+
+def _decision(
+    task: Task[Any, Any] | None, exc: BaseException, row: DelayedTask
+) -> NextAttempt | None:
+    """The task's decision on this failure; a decision that raises fails
+    the task with the error (not the worker, not a group's neighbours)."""
+    if task is None:
+        return None
+    try:
+        return task.next_attempt(exc, row.attempts, row.max_attempts)
+    except Exception:
+        logger.exception(
+            "task %s: deciding what its failure leads to raised; it fails now",
+            row.pk,
+        )
+        return FAIL_NOW
 
 
 def fail(

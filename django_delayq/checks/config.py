@@ -242,6 +242,28 @@ def check_middleware(**kwargs: Any) -> list[CheckMessage]:
     return []
 
 
+def check_celery_eager(**kwargs: Any) -> list[CheckMessage]:
+    """Warn that Celery's eager mode does not run django-delayq's tasks
+    (``delayq.W008``): a project moving over keeps its test settings."""
+    eager = [
+        name
+        for name in ("CELERY_TASK_ALWAYS_EAGER", "CELERY_ALWAYS_EAGER")
+        if getattr(django_settings, name, False)
+    ]
+    if not eager:
+        return []
+    return [
+        Warning(
+            f"settings.{eager[0]} is set: it makes Celery run its own tasks "
+            f"at once, not django-delayq's (a @shared_task of "
+            f"django_delayq.contrib.celery included).",
+            hint='In tests, set DELAYQ["TEST_MODE"] = "immediate" (each task '
+            'runs when its transaction commits) or "manual" (run_due()).',
+            id=check_ids.CELERY_EAGER,
+        )
+    ]
+
+
 def check_key_prefix_owner(
     databases: Sequence[str] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:

@@ -37,6 +37,7 @@ REDIS_PLAINTEXT = "delayq.W004"  # deploy: redis:// to another host
 REDIS_NO_PASSWORD = "delayq.W005"  # deploy: no password
 VISIBILITY_BELOW_TIME_LIMIT = "delayq.W006"  # deploy: a time limit > VISIBILITY_TIMEOUT
 REDIS_NOT_CHECKED = "delayq.W007"  # deploy: W002/W003 could not ask Redis
+CELERY_EAGER = "delayq.W008"  # CELERY_TASK_ALWAYS_EAGER, which our tasks ignore
 
 ALL = (
     NOT_A_DICT,
@@ -67,4 +68,5 @@ ALL = (
     REDIS_NO_PASSWORD,
     VISIBILITY_BELOW_TIME_LIMIT,
     REDIS_NOT_CHECKED,
+    CELERY_EAGER,
 )

@@ -46,7 +46,7 @@ from .. import transitions
 from ..exceptions import RedisUnavailable
 from ..models import DelayedTask, OutboxEntry, Status, write_db
 from ..outbox import index_after_commit
-from ..outcomes import Verdict, record_failure, worker_lost
+from ..outcomes import Verdict, record_failure, registered_task, worker_lost
 from ..store import streams
 from ..store.connection import Client, get_client
 from ..store.errors import error_text
@@ -150,7 +150,11 @@ def rescue(
     done.handed_back = [row.pk for row in handed]
     for pk, error in errors.items():
         done.charged[pk] = record_failure(
-            rows[pk], RuntimeError(error), error=error, trace=""
+            rows[pk],
+            RuntimeError(error),
+            error=error,
+            trace="",
+            task=registered_task(rows[pk]),
         )
     # A row not handed back was taken over meanwhile: the entry is stale.
     settled = [*held.values(), *charged.values(), *finished]

@@ -21,7 +21,7 @@ from ..conf import get_settings
 from ..exceptions import TimeLimitExceeded
 from ..models import DelayedTask, OutboxEntry, write_db
 from ..outbox import index_after_commit
-from ..outcomes import record_failure
+from ..outcomes import record_failure, registered_task
 from ..store import streams
 from ..store.connection import Client
 from ..store.keys import shard_keys
@@ -66,7 +66,13 @@ def _settle(client: Client, stuck: Stuck) -> None:
         # A copy: the stuck thread still holds (and may yet touch) the row.
         row = copy.copy(stuck.row)
         error = f"{time_limit_error(stuck.limit)}, and could not be interrupted"
-        record_failure(row, TimeLimitExceeded(), error=error, trace="")
+        record_failure(
+            row,
+            TimeLimitExceeded(),
+            error=error,
+            trace="",
+            task=registered_task(row),
+        )
         with transaction.atomic(using=db):
             handed = transitions.hand_back([copy.copy(r) for r in stuck.held], db)
             index_after_commit(handed, OutboxEntry.Action.RESCHEDULE, db)

@@ -4,6 +4,9 @@ and the entries it makes, read by DELAYQ["PERIODIC"] as any other."""
 from __future__ import annotations
 
 import datetime
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -12,6 +15,7 @@ from django_delayq.contrib.celery import crontab, from_beat_schedule
 from django_delayq.exceptions import InvalidTaskDefinition
 from django_delayq.recurring.declared import from_setting
 from tests.testapp.celery_style import add
+from tools.procs import ROOT
 
 
 @pytest.mark.parametrize(
@@ -118,3 +122,33 @@ def test_an_entry_for_an_unknown_task_fails_when_the_setting_is_read() -> None:
     ).items()
     with pytest.raises(InvalidTaskDefinition, match="neither a registered task"):
         from_setting(name, entry)
+
+
+def test_a_settings_module_imports_the_kit_before_the_apps_load() -> None:
+    """``DELAYQ["PERIODIC"] = from_beat_schedule(...)`` in settings.py: the
+    process starts, and the schedule is valid (manage.py check)."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.testapp.celery_settings",
+        "DELAYQ_TEST_CELERY": "1",
+        "PYTHONPATH": str(ROOT),
+    }
+    code = (
+        "import django; django.setup(); "
+        "from django.core.management import call_command; "
+        "call_command('check', '--fail-level', 'ERROR'); "
+        "from django_delayq.recurring import declared; "
+        "schedules, problems = declared(); "
+        "print(sorted(s.name for s in schedules), problems)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "['nightly-sum'] []" in done.stdout

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import uuid
 from typing import Any
 
 import pytest
+from django.core.checks import run_checks
 from django.db import transaction
+from django.test import override_settings
 from django.utils import timezone
 
 from django_delayq.contrib.celery import (
@@ -17,6 +20,7 @@ from django_delayq.contrib.celery import (
     MaxRetriesExceededError,
     NotSupported,
     Retry,
+    TaskFailed,
     chain,
     group,
     shared_task,
@@ -34,8 +38,11 @@ from tests.testapp.celery_style import (
     breaks,
     call_gateway,
     fire_and_forget,
+    naive_eta,
     retries_beyond,
+    retry_without_throw,
     send_reminder,
+    updates_state,
 )
 from tests.testapp.models import Ledger
 
@@ -204,7 +211,7 @@ def test_retry_without_exc_past_the_limit_raises_max_retries_exceeded() -> None:
 
     result = no_retries.delay()
     run_due()
-    with pytest.raises(Exception, match="MaxRetriesExceededError: Can't retry"):
+    with pytest.raises(MaxRetriesExceededError, match="Can't retry"):
         result.get()
 
 
@@ -213,7 +220,54 @@ def test_a_task_that_is_retrying_says_retry() -> None:
     run_due()
     assert result.state == "RETRY"
     assert not result.ready()
-    assert "ConnectionError" in DelayedTask.objects.get(pk=result.id).last_error
+    # As Celery's: the result of a task waiting to retry is the error.
+    assert isinstance(result.result, Retry)
+    assert "ConnectionError: attempt 1 failed" in str(result.result)
+
+
+def test_retry_with_a_naive_eta_takes_it_in_the_current_time_zone() -> None:
+    result = naive_eta.delay()
+    [first] = run_due()
+    assert first.outcome == "retrying"
+    row = DelayedTask.objects.get(pk=result.id)
+    expected = first.started_at + datetime.timedelta(minutes=10)
+    assert abs((row.run_at - expected).total_seconds()) < 1
+
+
+def test_retry_throw_false_is_refused_and_fails_the_task() -> None:
+    retry_without_throw.delay()
+    [ran] = run_due()
+    assert ran.outcome == "failed"
+    assert "throw=False) is not supported" in ran.error
+
+
+def test_methods_celery_has_and_this_kit_does_not_fail_the_task_at_once() -> None:
+    # autoretry_for=(Exception,) does not retry what the code cannot do.
+    result = updates_state.delay()
+    [ran] = run_due()
+    assert ran.outcome == "failed"
+    assert "update_state() is not supported" in ran.error
+    assert result.failed()
+
+
+def test_a_negative_countdown_runs_now_as_celery_does() -> None:
+    result = add.apply_async(args=[1, 2], countdown=-5)
+    [ran] = run_due()
+    assert ran.task.pk == uuid.UUID(result.id)
+
+
+def test_the_task_s_async_result() -> None:
+    result = add.delay(1, 2)
+    assert add.AsyncResult(result.id) == result
+    run_due()
+    assert add.AsyncResult(result.id).get() == 3
+
+
+def test_an_int_rate_limit_is_celery_s_tasks_per_second() -> None:
+    def work() -> None: ...
+
+    limited = shared_task(name="celery_style.rated", rate_limit=10)(work)
+    assert limited.rate_limit == "10/s"
 
 
 # -- results ---------------------------------------------------------------------
@@ -229,14 +283,31 @@ def test_ignore_result_stores_none_and_get_says_why() -> None:
         result.get()
 
 
+def test_ignore_result_still_raises_the_error_of_a_failed_task() -> None:
+    result = fire_and_forget.delay(None)  # the ledger's key cannot be NULL
+    run_due()
+    assert result.failed()
+    with pytest.raises(TaskFailed, match="IntegrityError"):
+        result.get()
+
+
 def test_get_times_out_with_celery_s_error() -> None:
-    result = add.apply_async(args=[1, 2], countdown=600)
-    with pytest.raises(TimeoutError, match=r"did not finish within 0\.2 s"):
-        result.get(timeout=0.2)
+    with test_mode(None):  # production: a worker could run it, none does
+        result = add.apply_async(args=[1, 2], countdown=600)
+        with pytest.raises(TimeoutError, match=r"did not finish within 0\.2 s"):
+            result.get(timeout=0.2)
+
+
+def test_get_in_manual_test_mode_says_what_runs_the_task() -> None:
+    result = add.delay(1, 2)
+    with pytest.raises(InvalidTaskState, match="until the test calls"):
+        result.get(timeout=30)
+    run_due()
+    assert result.get() == 3
 
 
 def test_get_inside_the_scheduling_transaction_refuses_to_wait_for_ever() -> None:
-    with transaction.atomic():
+    with test_mode(None), transaction.atomic():
         result = add.delay(1, 2)
         with pytest.raises(InvalidTaskState, match="inside a database transaction"):
             result.get(timeout=5)
@@ -263,7 +334,7 @@ def test_an_unknown_id_is_pending() -> None:
         ({"retry_kwargs": {"interval": 2}}, "retry_kwargs takes max_retries"),
         (
             {"rate_limit": "ten"},
-            'work: @shared_task\\(rate_limit=...\\) must be a string "N/s"',
+            '@shared_task\\(rate_limit=...\\) must be a string "N/s"',
         ),
         ({"time_limit": "1m"}, "time_limit must be a number of seconds"),
     ],
@@ -319,3 +390,11 @@ def test_retry_outside_a_worker_raises_the_exception_as_celery_does() -> None:
     with pytest.raises(Retry):
         retries_beyond("direct-retry")
     assert MaxRetriesExceededError.__mro__[1].__name__ == "DelayQueueException"
+
+
+def test_celery_s_eager_setting_is_reported_as_doing_nothing_here() -> None:
+    assert not [m for m in run_checks() if m.id == "delayq.W008"]
+    with override_settings(CELERY_TASK_ALWAYS_EAGER=True):
+        [warning] = [m for m in run_checks() if m.id == "delayq.W008"]
+    assert "CELERY_TASK_ALWAYS_EAGER is set" in warning.msg
+    assert "TEST_MODE" in (warning.hint or "")

@@ -6,6 +6,7 @@ A Celery project switches by changing
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from django.utils import timezone
@@ -70,6 +71,23 @@ def retries_beyond(self: Any, key: str) -> int:
     if attempt <= 5:
         raise self.retry(countdown=1, max_retries=6)
     return attempt
+
+
+@shared_task(bind=True)
+def naive_eta(self: Any) -> None:
+    """Asks for a retry at a naive time, ten minutes from now."""
+    later = timezone.localtime() + datetime.timedelta(minutes=10)
+    raise self.retry(eta=later.replace(tzinfo=None))
+
+
+@shared_task(bind=True)
+def retry_without_throw(self: Any) -> None:
+    self.retry(countdown=1, throw=False)
+
+
+@shared_task(bind=True, autoretry_for=(Exception,), max_retries=5)
+def updates_state(self: Any) -> None:
+    self.update_state(state="PROGRESS", meta={"done": 1})
 
 
 @shared_task(bind=True, max_retries=3, autoretry_for=(ConnectionError,))

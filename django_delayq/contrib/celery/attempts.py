@@ -45,9 +45,12 @@ class Retry(Exception):
 
     def seconds(self) -> float:
         """Seconds from now until the retry."""
-        if isinstance(self.when, datetime.datetime):
-            return (self.when - timezone.now()).total_seconds()
-        return float(self.when or 0)
+        when = self.when
+        if isinstance(when, datetime.datetime):
+            if timezone.is_naive(when):
+                when = timezone.make_aware(when)
+            return (when - timezone.now()).total_seconds()
+        return float(when or 0)
 
 
 class MaxRetriesExceededError(DelayQueueException):

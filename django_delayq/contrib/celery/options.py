@@ -145,9 +145,11 @@ class RetryPolicy:
         ``default_retry_delay``."""
         if not self.retry_backoff:
             return float(self.retry_kwargs.get("countdown", self.default_retry_delay))
-        countdown = min(self.retry_backoff_max, self.retry_backoff * 2**retries)
+        # Celery's integers: a factor of at least 1, a whole maximum.
+        factor = int(max(1.0, self.retry_backoff))
+        countdown = min(int(self.retry_backoff_max), factor * 2**retries)
         if self.retry_jitter:
-            countdown = random.randrange(int(countdown) + 1)
+            countdown = random.randrange(countdown + 1)
         return max(0.0, float(countdown))
 
 
@@ -175,7 +177,7 @@ def task_options(
             raise InvalidTaskDefinition(
                 f"{where}: unknown option {option}=; the options django-delayq "
                 f"maps are {', '.join(sorted(MAPPED_TASK_OPTIONS))} (see "
-                f"'Coming from Celery' in the documentation)."
+                f"'Moving from Celery' in the documentation, docs/guide/celery.md)."
             )
     if given.get("acks_late") is False:
         raise InvalidTaskDefinition(
@@ -222,7 +224,7 @@ def task_options(
         ),
         "atomic": given.get("atomic", True),
         "time_limit": _time_limit(given, where),
-        "rate_limit": given.get("rate_limit"),
+        "rate_limit": _rate_limit(given.get("rate_limit")),
     }
     if given.get("priority") is not None:
         options["priority"] = given["priority"]
@@ -240,6 +242,14 @@ def refused_call_option(option: str, task_name: str) -> InvalidArgument:
         f"{where}: unknown option {option}=; it takes args, kwargs, "
         f"{', '.join(sorted(CALL_OPTIONS))}."
     )
+
+
+def _rate_limit(value: Any) -> Any:
+    """Celery's int (or float) rate is tasks per second."""
+    is_number = isinstance(value, int | float) and not isinstance(value, bool)
+    if is_number and value > 0 and float(value).is_integer():
+        return f"{int(value)}/s"
+    return value
 
 
 def _most(*retries: int | None) -> int | None:

@@ -20,19 +20,26 @@ no such row               ``PENDING`` (as Celery says of an unknown id)
 from __future__ import annotations
 
 import builtins
+import logging
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from ... import changes, registry
+from ... import registry
 from ...exceptions import DelayQueueException, InvalidTaskState, TaskNotRegistered
-from ...models import DelayedTask, Status, write_db
-from .attempts import NotSupported, in_task
+from .attempts import MaxRetriesExceededError, NotSupported, Retry, in_task
 
 if TYPE_CHECKING:
     import datetime
+
+    from ...models import DelayedTask
+
+logger = logging.getLogger(__name__)
+
+# The models are imported where they are used: a settings module imports
+# this package (for from_beat_schedule) before the apps are loaded.
 
 PENDING = "PENDING"
 RETRY = "RETRY"
@@ -99,6 +106,8 @@ class AsyncResult:
     # -- the row -------------------------------------------------------------------
 
     def _row(self) -> DelayedTask | None:
+        from ...models import DelayedTask, write_db
+
         try:
             key = uuid.UUID(self.id)
         except ValueError:
@@ -122,13 +131,13 @@ class AsyncResult:
 
     @property
     def result(self) -> Any:
-        """The return value once it succeeded; the exception once it failed;
-        else None."""
+        """The return value once it succeeded; the exception once it failed
+        (or of the attempt before, while it waits to retry); else None."""
         row = self._row()
         state = _state_of(row)
         if state == SUCCESS and row is not None:
             return row.result
-        if state == FAILURE and row is not None:
+        if state in (FAILURE, RETRY) and row is not None:
             return _exception_of(row.last_error)
         return None
 
@@ -171,7 +180,6 @@ class AsyncResult:
                 "worker thread while it waits for another. Schedule the next "
                 "step at the end of this task instead."
             )
-        self._refuse_ignored()
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = FIRST_POLL
         while True:
@@ -179,7 +187,7 @@ class AsyncResult:
             state = _state_of(row)
             if state in READY_STATES:
                 break
-            _refuse_uncommitted(self.id)
+            _refuse_waiting_in_vain(self.id, row)
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(
                     f"task {self.id} did not finish within {timeout:g} s "
@@ -192,6 +200,7 @@ class AsyncResult:
             pause = min(pause * 2, interval)
         assert row is not None
         if state == SUCCESS:
+            self._refuse_ignored()
             return row.result
         error: BaseException = (
             _exception_of(row.last_error)
@@ -214,10 +223,19 @@ class AsyncResult:
                 "revoke(terminate=...) is not supported: a running task is not "
                 "interrupted; revoke() cancels a task that has not started."
             )
+        from ... import changes
+
         try:
-            return changes.cancel(self.id)
+            cancelled = changes.cancel(self.id)
         except InvalidTaskState:
             return False
+        if not cancelled and self._row() is None:
+            logger.warning(
+                "revoke(): there is no task %s here; a task sent to Celery "
+                "before the switch is revoked with celery.result.AsyncResult",
+                self.id,
+            )
+        return cancelled
 
     def forget(self) -> None:
         raise NotSupported(
@@ -236,31 +254,35 @@ class AsyncResult:
         if getattr(task, "ignore_result", False):
             name = getattr(task, "name", self.name)
             raise InvalidTaskState(
-                f"{name} ignores its result (ignore_result=True): get() "
-                f"would have no value to return. Use state or ready() to see "
-                f"whether it ran, or drop ignore_result=True."
+                f"{name} succeeded, and ignores its result (ignore_result=True): "
+                f"get() has no value to return. Use state or successful() to "
+                f"see whether it ran, or drop ignore_result=True."
             )
 
 
 def _state_of(row: DelayedTask | None) -> str:
     if row is None:
         return PENDING
-    if row.status == Status.SCHEDULED:
+    if row.status == "scheduled":
         return RETRY if row.attempts and row.last_error else PENDING
-    return {
-        Status.RUNNING: STARTED,
-        Status.SUCCEEDED: SUCCESS,
-        Status.FAILED: FAILURE,
-        Status.CANCELLED: REVOKED,
-    }[Status(row.status)]
+    return _STATES[row.status]
+
+
+#: The row's other statuses (django_delayq.models.Status) as Celery's states.
+_STATES = {
+    "running": STARTED,
+    "succeeded": SUCCESS,
+    "failed": FAILURE,
+    "cancelled": REVOKED,
+}
 
 
 def _exception_of(error: str) -> BaseException:
     """The exception a failed row's ``last_error`` (``"Type: message"``)
-    names: a builtin exception type raised again as it was, else
-    :class:`TaskFailed`."""
+    names: a builtin exception type, or one of this kit's, raised again as
+    it was; else :class:`TaskFailed`."""
     exc_type, _, message = error.partition(": ")
-    found = getattr(builtins, exc_type, None)
+    found = _OWN_ERRORS.get(exc_type) or getattr(builtins, exc_type, None)
     if isinstance(found, type) and issubclass(found, Exception):
         try:
             return found(message)
@@ -269,11 +291,28 @@ def _exception_of(error: str) -> BaseException:
     return TaskFailed(exc_type, message)
 
 
-def _refuse_uncommitted(task_id: str) -> None:
-    """get() inside the transaction that scheduled the task would wait for
-    ever: no worker sees the row before it commits."""
-    db = write_db()
-    if transaction.get_connection(db).in_atomic_block:
+_OWN_ERRORS: dict[str, type[Exception]] = {
+    "Retry": Retry,
+    "MaxRetriesExceededError": MaxRetriesExceededError,
+    "NotSupported": NotSupported,
+}
+
+
+def _refuse_waiting_in_vain(task_id: str, row: DelayedTask | None) -> None:
+    """get() would wait for ever: inside the transaction that scheduled the
+    task (no worker sees the row before it commits), or in the testing
+    toolkit's manual mode (nothing runs a task but run_due())."""
+    from ...conf import get_settings
+    from ...models import write_db
+
+    if get_settings().test_mode == "manual":
+        raise InvalidTaskState(
+            f"task {task_id} has not finished, and TEST_MODE is 'manual': "
+            f"nothing runs it until the test calls "
+            f"django_delayq.testing.run_due(). Call it before get(), or use "
+            f'TEST_MODE "immediate" (tasks run when their transaction commits).'
+        )
+    if row is not None and transaction.get_connection(write_db()).in_atomic_block:
         raise InvalidTaskState(
             f"task {task_id} has not finished, and get() runs inside a database "
             f"transaction: if that transaction scheduled it, no worker can run "

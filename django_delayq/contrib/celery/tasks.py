@@ -24,6 +24,8 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, overload
 
+from django.utils import timezone
+
 from ... import registry
 from ...exceptions import InvalidArgument, InvalidTaskDefinition
 from ...options import FAIL_NOW, NextAttempt, retry_after
@@ -101,13 +103,13 @@ class CeleryTask(registry.Task[..., Any]):
         self, request: Request, args: Sequence[Any], kwargs: dict[str, Any]
     ) -> Any:
         stack = requests_under_way()
-        stack.append(request)
         try:
+            stack.append(request)
             if self.bind:
                 return self.func(self, *args, **kwargs)
             return self.func(*args, **kwargs)
-        except Retry:
-            raise
+        except (Retry, MaxRetriesExceededError, NotSupported):
+            raise  # never retried automatically: the code asked for them
         except BaseException as exc:
             if not self.policy.autoretries(exc):
                 raise
@@ -115,7 +117,8 @@ class CeleryTask(registry.Task[..., Any]):
             countdown = self.policy.autoretry_countdown(request.retries)
             raise self.retry(exc=exc, countdown=countdown, max_retries=retries) from exc
         finally:
-            stack.pop()
+            if stack and stack[-1] is request:
+                stack.pop()
 
     # -- scheduling ----------------------------------------------------------------
 
@@ -141,10 +144,13 @@ class CeleryTask(registry.Task[..., Any]):
                 f"{self.name}.apply_async(): args must be a list or tuple, "
                 f"such as args=[7]; got {type(args).__name__}."
             )
+        countdown = options.get("countdown")
+        if isinstance(countdown, int | float) and not isinstance(countdown, bool):
+            countdown = max(countdown, 0)  # as Celery: a past moment runs now
         row = self.schedule(
             args=list(args or ()),
             kwargs=kwargs,
-            delay=options.get("countdown"),
+            delay=countdown,
             eta=options.get("eta"),
             queue=options.get("queue"),
             priority=options.get("priority"),
@@ -178,6 +184,11 @@ class CeleryTask(registry.Task[..., Any]):
                 f"supported: a retry runs the same call again; pass "
                 f"countdown=, eta=, exc= or max_retries=."
             )
+        if not throw:
+            raise NotSupported(
+                f"{self.name}.retry(throw=False) is not supported: the retry is "
+                f"the outcome of this attempt. Write raise self.retry(...)."
+            )
         request = self.request
         if request.called_directly:
             # As Celery: a direct call has nothing to retry.
@@ -191,23 +202,46 @@ class CeleryTask(registry.Task[..., Any]):
                 f"kwargs:{request.kwargs}: it retried {request.retries} "
                 f"time(s), max_retries={limit}."
             )
-        if eta is None and countdown is None:
-            countdown = self.default_retry_delay
-        retry = Retry(exc=exc, when=eta if eta is not None else countdown)
-        if throw:
-            raise retry
-        return retry
+        raise Retry(exc=exc, when=_seconds_until(eta, countdown, self))
 
     def next_attempt(
         self, exc: BaseException, attempt: int, max_attempts: int
     ) -> NextAttempt | None:
         """Celery's rule: only a :class:`Retry` retries; anything else fails
         the task. A retry beyond the row's attempts (``retry(max_retries=)``
-        above the task's) gives it one more."""
+        above the task's, or ``max_retries=None``) gives it one more."""
         if not isinstance(exc, Retry):
             return FAIL_NOW
         budget = None if attempt < max_attempts else attempt + 1
         return retry_after(exc.seconds(), max_attempts=budget)
+
+    # -- what a bound task may call ------------------------------------------------
+
+    def AsyncResult(self, task_id: str) -> AsyncResult:
+        """The result handle of ``task_id``, as ``Task.AsyncResult()``."""
+        return AsyncResult(task_id, task=self)
+
+    def update_state(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse(
+            "update_state()",
+            "a task's state is its row's status; write progress to a model of your own",
+        )
+
+    def send_event(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse(
+            "send_event()",
+            "connect a receiver to django_delayq.signals (task_started, "
+            "task_succeeded, ...)",
+        )
+
+    def replace(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse("replace()", "schedule the other task and return")
+
+    def add_to_chord(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse("add_to_chord()", _CANVAS)
+
+    def subtask(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse("subtask()", _CANVAS)
 
     # -- what Celery has and django-delayq does not --------------------------------
 
@@ -243,6 +277,30 @@ class CeleryTask(registry.Task[..., Any]):
         )
 
 
+def _seconds_until(
+    eta: datetime.datetime | None, countdown: float | None, task: CeleryTask
+) -> float:
+    """Seconds from now until the retry: ``countdown``, or until ``eta`` (a
+    naive one is in the current time zone, as Django takes naive times), or
+    ``default_retry_delay``."""
+    if eta is not None:
+        if not isinstance(eta, datetime.datetime):
+            raise InvalidArgument(
+                f"{task.name}.retry(eta=...) takes a datetime; got {eta!r}."
+            )
+        if timezone.is_naive(eta):
+            eta = timezone.make_aware(eta)
+        return max((eta - timezone.now()).total_seconds(), 0.0)
+    if countdown is None:
+        return task.default_retry_delay
+    if isinstance(countdown, bool) or not isinstance(countdown, int | float):
+        raise InvalidArgument(
+            f"{task.name}.retry(countdown=...) takes a number of seconds; got "
+            f"{countdown!r}."
+        )
+    return max(float(countdown), 0.0)
+
+
 _CANVAS = (
     "signatures and the canvas (chain, group, chord) are not supported; "
     "schedule the next task at the end of this one"
@@ -263,7 +321,7 @@ def shared_task(
     """Celery's ``@shared_task``, as a django-delayq task.
 
     Every option Celery users write is mapped or refused with an error that
-    names it (see "Coming from Celery" in the documentation).
+    names it (see "Moving from Celery" in the documentation).
     """
     if args:
         raise InvalidTaskDefinition(
@@ -289,7 +347,7 @@ def shared_task(
         except InvalidTaskDefinition as exc:
             # Named as the user wrote it.
             text = str(exc).replace("@task(", "@shared_task(")
-            raise InvalidTaskDefinition(f"@shared_task on {name}: {text}") from None
+            raise InvalidTaskDefinition(f"{text} (on {name})") from None
         assert isinstance(built, CeleryTask)
         built.policy, built.bind, built.ignore_result = policy, bind, ignore_result
         registry.register(built)
