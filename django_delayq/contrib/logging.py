@@ -1,4 +1,10 @@
-"""A logging filter that keeps task errors out of the logs.
+"""Logging filters: the task a line was logged for, and task errors kept
+out of the logs.
+
+:class:`TaskContext` adds the run under way to every record logged during
+it, by any logger (the task's own, a library's), as attributes a formatter
+can name: ``delayq_task_id``, ``delayq_task_name``, ``delayq_attempt`` and
+``delayq_queue`` (``None`` outside a run).
 
 A failed attempt is logged in full: the ``task retrying`` and ``task
 failed`` lines of the ``django_delayq.execution`` logger carry the error's
@@ -20,8 +26,41 @@ from __future__ import annotations
 import ast
 import logging
 import re
+import sys
 
-__all__ = ["REDACTED", "RedactTaskErrors"]
+__all__ = ["REDACTED", "RedactTaskErrors", "TaskContext"]
+
+#: The module that knows the run under way, once a worker has imported it.
+_ATTEMPTS = "django_delayq.worker.attempts"
+#: The record attributes :class:`TaskContext` sets.
+_CONTEXT_FIELDS = (
+    "delayq_task_id",
+    "delayq_task_name",
+    "delayq_attempt",
+    "delayq_queue",
+)
+
+
+class TaskContext(logging.Filter):
+    """Add the task run under way to each record (see the module's
+    docstring); never drops a record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # Only a process that runs tasks has imported the module; looking it
+        # up instead of importing it keeps this filter free of the models,
+        # which the web process may not have loaded when it logs.
+        attempts = sys.modules.get(_ATTEMPTS)
+        run = attempts.current_run() if attempts is not None else None
+        values = (
+            (None, None, None, None)
+            if run is None
+            else (str(run.id), run.name, run.attempt, run.queue)
+        )
+        for field, value in zip(_CONTEXT_FIELDS, values, strict=True):
+            if not hasattr(record, field):
+                setattr(record, field, value)
+        return True
+
 
 #: What stands where a task's error text was.
 REDACTED = "[redacted]"

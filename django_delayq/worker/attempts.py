@@ -20,6 +20,7 @@ over.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import traceback
@@ -207,10 +208,8 @@ def run_attempt(
     registered: registry.Task[Any, Any], row: DelayedTask, limit: float | None
 ) -> Any:
     """Call ``registered``'s function for an attempt of ``row`` through the
-    middleware; without any, the function alone."""
-    handler = chain()
-    if handler is _innermost:
-        return registered.run_attempt(row, limit)
+    middleware (without any, the function alone), with :func:`current_run`
+    saying which run it is meanwhile."""
     run = TaskRun(
         id=row.pk,
         name=row.name,
@@ -222,4 +221,20 @@ def run_attempt(
         task=registered,
         _call=lambda: registered.run_attempt(row, limit),
     )
-    return handler(run)
+    token = _current.set(run)
+    try:
+        return chain()(run)
+    finally:
+        _current.reset(token)
+
+
+#: The run under way in this thread (a worker thread runs one at a time).
+_current: contextvars.ContextVar[TaskRun | None] = contextvars.ContextVar(
+    "delayq_current_run", default=None
+)
+
+
+def current_run() -> TaskRun | None:
+    """The run of a task under way here, from its function, its middleware
+    or any code they call (a log filter); None outside a run."""
+    return _current.get()
