@@ -190,6 +190,13 @@ def schedule_many(
     return retrying_deadlocks(db, write) if seen_keys else write()
 
 
+def check_call(call: Call) -> None:
+    """Refuse ``call`` as :func:`schedule` would (same exceptions), writing
+    nothing: for a definition kept to schedule later, such as a periodic
+    schedule edited in the admin."""
+    _prepare(call)
+
+
 @dataclass(frozen=True)
 class _Target:
     """What a call resolves to before its payload: the task, its queue,

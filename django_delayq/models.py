@@ -351,6 +351,105 @@ class PeriodicSchedule(models.Model):
         return self.name
 
 
+class RuntimeSchedule(models.Model):
+    """A periodic schedule defined in the database (in the admin), beside
+    those the code declares.
+
+    Only its definition: the planner reads the enabled ones every round
+    and keeps them exactly as it keeps ``@periodic`` schedules, through
+    the :class:`PeriodicSchedule` row of the same name (created by the
+    planner). Its fields are checked by
+    :func:`django_delayq.recurring.runtime.validate`; a row that fails the
+    checks (written around them, or whose task a deploy removed) writes no
+    ticks, and the planner logs why.
+    """
+
+    name = models.CharField(
+        _("name"),
+        max_length=160,
+        unique=True,
+        help_text=_(
+            "Names its ticks' keys (periodic:<name>@<time>); no schedule "
+            "declared in the code may have it."
+        ),
+    )
+    task = models.CharField(
+        _("task"), max_length=200, help_text=_("A registered task's name.")
+    )
+    args = models.JSONField(
+        _("args"), default=list, blank=True, help_text=_("A JSON list.")
+    )
+    kwargs = models.JSONField(
+        _("kwargs"), default=dict, blank=True, help_text=_("A JSON object.")
+    )
+    cron = models.CharField(
+        _("cron"),
+        max_length=100,
+        blank=True,
+        default="",
+        help_text=_(
+            "5 fields (minute hour day month weekday), or 6 with seconds "
+            "first; or leave empty and set every."
+        ),
+    )
+    every = models.PositiveIntegerField(
+        _("every (seconds)"),
+        null=True,
+        blank=True,
+        help_text=_("Ticks at whole multiples of this many seconds since 1970."),
+    )
+    time_zone = models.CharField(
+        _("time zone"),
+        max_length=64,
+        blank=True,
+        default="",
+        help_text=_("An IANA name, for cron; empty: settings.TIME_ZONE."),
+    )
+    queue = models.CharField(
+        _("queue"),
+        max_length=64,
+        blank=True,
+        default="",
+        help_text=_("Empty: the task's queue."),
+    )
+    priority = models.IntegerField(
+        _("priority"), null=True, blank=True, help_text=_("Empty: the task's.")
+    )
+    catch_up = models.CharField(
+        _("catch up"),
+        max_length=10,
+        default="latest",
+        help_text=_(
+            "Which ticks missed while nothing kept the schedule run: none, "
+            "the latest, or all (up to 100)."
+        ),
+    )
+    enabled = models.BooleanField(
+        _("enabled"),
+        default=True,
+        help_text=_(
+            "A disabled schedule writes no ticks; those not yet due are "
+            "cancelled, and those that fall while it is disabled are skipped."
+        ),
+    )
+    expires_at = models.DateTimeField(
+        _("expires at"),
+        null=True,
+        blank=True,
+        help_text=_("No tick after this moment."),
+    )
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("runtime periodic schedule")
+        verbose_name_plural = _("runtime periodic schedules")
+        ordering = ("name",)
+
+    def __str__(self) -> str:
+        return self.name
+
+
 def write_db() -> str:
     """The database of every django-delayq row and transaction: the one the
     router names for writing :class:`DelayedTask`, never a replica, which

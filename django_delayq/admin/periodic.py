@@ -1,11 +1,18 @@
-"""The admin of :class:`~django_delayq.models.PeriodicSchedule`: the
-schedules with their next and last ticks, and Pause / Resume.
+"""The admins of the periodic schedules.
 
-Read only, like the other pages: a schedule is declared in the code or in
-``DELAYQ["PERIODIC"]``, and only its pause is the operator's. Pause and
-resume call :func:`~django_delayq.recurring.planner.pause` and
+:class:`PeriodicScheduleAdmin` lists every schedule (declared in the code,
+in ``DELAYQ["PERIODIC"]`` or in the admin) with its next and last ticks,
+and Pause / Resume. Read only, like the other pages: only a schedule's
+pause is the operator's there. Pause and resume call
+:func:`~django_delayq.recurring.planner.pause` and
 :func:`~django_delayq.recurring.planner.resume`, behind the permission
 ``django_delayq.pause_periodicschedule``.
+
+:class:`RuntimeScheduleAdmin` edits the schedules defined in the database
+(:class:`~django_delayq.models.RuntimeSchedule`): add, change, delete,
+Enable / Disable, each recorded in the admin's log. Its form checks a
+definition with :func:`~django_delayq.recurring.runtime.validate`, field
+by field; the planner applies a saved change in its next round.
 """
 
 from __future__ import annotations
@@ -13,12 +20,14 @@ from __future__ import annotations
 import datetime
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import ValidationError
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest
 from django.urls import reverse
@@ -28,10 +37,19 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from ..models import DelayedTask, PeriodicSchedule, Status, read_db, write_db
-from ..recurring import Schedule
+from .. import registry
+from ..models import (
+    DelayedTask,
+    PeriodicSchedule,
+    RuntimeSchedule,
+    Status,
+    read_db,
+    write_db,
+)
+from ..recurring import CATCH_UP_POLICIES, Schedule
 from ..recurring.overview import ScheduleState, late_ticks, state_of
 from ..recurring.planner import pause, resume
+from ..recurring.runtime import every_schedule, validate
 from ..recurring.ticks import (
     parse_tick_key,
     tick_key_sql,
@@ -39,7 +57,7 @@ from ..recurring.ticks import (
     tick_prefix_sql,
 )
 from . import display
-from .readonly import ReadOnlyAdmin
+from .readonly import ReadOnlyAdmin, _ModelAdmin
 
 logger = logging.getLogger(__name__)
 
@@ -75,13 +93,8 @@ class _ScheduleChangeList(ChangeList):
 
 
 def _declared() -> dict[str, Schedule]:
-    from ..exceptions import InvalidTaskDefinition
-    from ..recurring import declared
-
-    try:
-        return {schedule.name: schedule for schedule in declared()[0]}
-    except InvalidTaskDefinition:
-        return {}  # DELAYQ["PERIODIC"] is not a dict: the checks say so
+    """Every schedule planned: the code's and the enabled runtime ones."""
+    return every_schedule()
 
 
 def _shown(row: PeriodicSchedule) -> _Shown:
@@ -349,3 +362,195 @@ def _period(every: datetime.timedelta) -> str:
                 return ngettext("%(n)d day", "%(n)d days", count) % {"n": count}
             return f"{count} {unit}"
     return f"{seconds:g} s"
+
+
+# -- schedules edited in the admin ---------------------------------------------
+
+
+if TYPE_CHECKING:
+    _ModelForm = forms.ModelForm[RuntimeSchedule]
+else:
+    # ModelForm is generic for type checkers only.
+    _ModelForm = forms.ModelForm
+
+
+class RuntimeScheduleForm(_ModelForm):
+    """A runtime schedule's fields, checked together as the planner checks
+    them (:func:`~django_delayq.recurring.runtime.validate`)."""
+
+    task = forms.ChoiceField(
+        label=gettext_lazy("task"),
+        help_text=gettext_lazy("A registered task (@task or @periodic)."),
+    )
+    catch_up = forms.ChoiceField(
+        label=gettext_lazy("catch up"),
+        choices=[(policy, policy) for policy in CATCH_UP_POLICIES],
+        initial="latest",
+        help_text=RuntimeSchedule._meta.get_field("catch_up").help_text,
+    )
+
+    class Meta:
+        model = RuntimeSchedule
+        fields = (
+            "name",
+            "task",
+            "args",
+            "kwargs",
+            "cron",
+            "every",
+            "time_zone",
+            "queue",
+            "priority",
+            "catch_up",
+            "enabled",
+            "expires_at",
+        )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        registry.autodiscover()
+        names = sorted(registry.all_tasks())
+        task_field = self.fields["task"]
+        assert isinstance(task_field, forms.ChoiceField)
+        task_field.choices = [("", "---------")] + [(name, name) for name in names]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if self.errors:
+            return cleaned  # the fields' own errors first
+        row = RuntimeSchedule(
+            **{
+                field.name: getattr(self.instance, field.name)
+                for field in RuntimeSchedule._meta.concrete_fields
+            }
+        )
+        for name, value in cleaned.items():
+            setattr(row, name, "" if value is None and name in _TEXT else value)
+        try:
+            validate(row)
+        except ValidationError as exc:
+            for name, texts in exc.message_dict.items():
+                # A field not in the form (the name, once created) shows
+                # its error at the top.
+                self.add_error(name if name in self.fields else None, texts)
+        return cleaned
+
+
+#: The form's text fields whose empty value the model stores as "".
+_TEXT = frozenset({"cron", "time_zone", "queue"})
+
+
+def _switch(
+    model_admin: admin.ModelAdmin[Any],
+    request: HttpRequest,
+    queryset: QuerySet[RuntimeSchedule],
+    enabled: bool,
+) -> None:
+    changed = list(queryset.filter(enabled=not enabled).order_by("name"))
+    # One UPDATE, fenced on the state read: a row switched meanwhile by
+    # someone else is not logged twice. The planner applies it in its next
+    # round (about a second).
+    RuntimeSchedule.objects.using(write_db()).filter(
+        pk__in=[row.pk for row in changed], enabled=not enabled
+    ).update(enabled=enabled, updated_at=timezone.now())
+    if enabled:
+        text = ngettext(
+            "Enabled %(count)d schedule: it ticks from its next tick on.",
+            "Enabled %(count)d schedules: they tick from their next ticks on.",
+            len(changed),
+        )
+    else:
+        text = ngettext(
+            "Disabled %(count)d schedule: its ticks not yet due are cancelled.",
+            "Disabled %(count)d schedules: their ticks not yet due are cancelled.",
+            len(changed),
+        )
+    model_admin.message_user(
+        request,
+        text % {"count": len(changed)},
+        messages.SUCCESS if changed else messages.WARNING,
+    )
+    if changed and request.user.pk is not None:
+        LogEntry.objects.log_actions(
+            user_id=request.user.pk,
+            queryset=changed,
+            action_flag=CHANGE,
+            change_message=_("Enabled.") if enabled else _("Disabled."),
+        )
+    logger.info(
+        "admin: %s %s %d runtime periodic schedule(s)",
+        request.user,
+        "enabled" if enabled else "disabled",
+        len(changed),
+    )
+
+
+@admin.action(permissions=["change"], description=gettext_lazy("Enable"))
+def enable_schedules(
+    model_admin: admin.ModelAdmin[Any],
+    request: HttpRequest,
+    queryset: QuerySet[RuntimeSchedule],
+) -> None:
+    _switch(model_admin, request, queryset, enabled=True)
+
+
+@admin.action(permissions=["change"], description=gettext_lazy("Disable"))
+def disable_schedules(
+    model_admin: admin.ModelAdmin[Any],
+    request: HttpRequest,
+    queryset: QuerySet[RuntimeSchedule],
+) -> None:
+    _switch(model_admin, request, queryset, enabled=False)
+
+
+class RuntimeScheduleAdmin(_ModelAdmin):
+    form = RuntimeScheduleForm
+    list_display = ("name", "task", "when_label", "enabled", "expires_at", "updated_at")
+    list_filter = ("enabled",)
+    search_fields = ("name", "task")
+    ordering = ("name",)
+    show_facets = admin.ShowFacets.NEVER
+    actions = (enable_schedules, disable_schedules)
+    fieldsets = (
+        (None, {"fields": ("name", "task", "args", "kwargs", "enabled")}),
+        (
+            gettext_lazy("When"),
+            {"fields": ("cron", "every", "time_zone", "catch_up", "expires_at")},
+        ),
+        (gettext_lazy("Ticks"), {"fields": ("queue", "priority", "ticks_link")}),
+        (None, {"fields": ("created_at", "updated_at")}),
+    )
+
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: RuntimeSchedule | None = None
+    ) -> tuple[str, ...]:
+        # A name names the ticks' keys: a schedule of another name is
+        # another schedule (add it, and delete this one).
+        shown = ("ticks_link", "created_at", "updated_at")
+        return ("name", *shown) if obj is not None else shown
+
+    @admin.display(description=gettext_lazy("when"))
+    def when_label(self, row: RuntimeSchedule) -> str:
+        if row.every is not None and not row.cron:
+            return _("every %(period)s") % {
+                "period": _period(datetime.timedelta(seconds=row.every))
+            }
+        return _("cron %(cron)s in %(zone)s") % {
+            "cron": row.cron,
+            "zone": row.time_zone or _("settings.TIME_ZONE"),
+        }
+
+    @admin.display(description=gettext_lazy("ticks"))
+    def ticks_link(self, row: RuntimeSchedule) -> SafeString | str:
+        if row.pk is None:
+            return self.get_empty_value_display()
+        url = reverse(
+            "admin:django_delayq_delayedtask_changelist",
+            current_app=self.admin_site.name,
+        )
+        return format_html(
+            '<a href="{}?{}">{}</a>',
+            url,
+            urlencode({"q": tick_prefix(row.name)}),
+            _("all ticks"),
+        )

@@ -1,4 +1,5 @@
-"""Keep every declared schedule's next ticks written as task rows.
+"""Keep every schedule's next ticks written as task rows: those the code
+declares and those defined in the admin (:mod:`.runtime`).
 
 The dispatchers run :func:`plan` about once a second and the sweepers once
 a pass; any number of them at once. Each tick becomes an ordinary
@@ -45,7 +46,8 @@ from ..models import (
     write_db,
 )
 from .declared import declared
-from .ticks import MAX_CATCH_UP, Schedule, tick_prefix, tick_text
+from .runtime import found
+from .ticks import MAX_CATCH_UP, Schedule, tick_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -85,20 +87,28 @@ _reported_problems: set[str] = set()
 
 def plan(now: datetime.datetime | None = None) -> PlanResult:
     """Write the ticks due within :data:`LOOKAHEAD` of every schedule that
-    needs them; retire schedules the code no longer declares."""
+    needs them (declared in the code, or enabled in the admin); retire
+    schedules neither declares any more."""
     result = PlanResult()
     schedules, result.problems = declared()
+    now = _aware(timezone.now() if now is None else now)
+    rows = {row.name: row for row in _schedule_rows().all()}
+    # The runtime schedules are read after the rows: a row that an edit's
+    # restart (by another planner) changed was committed after the edit,
+    # so the definitions read next are the edited ones, and this planner
+    # does not restart the schedule back to what it was.
+    runtime = found(taken={schedule.name for schedule in schedules})
+    schedules = sorted([*schedules, *runtime.schedules], key=lambda s: s.name)
+    result.problems += runtime.problems
     for problem in result.problems:
         if problem not in _reported_problems:  # once per process, not per round
             _reported_problems.add(problem)
             logger.error("periodic schedule left out: %s", problem)
-    now = _aware(timezone.now() if now is None else now)
-    rows = {row.name: row for row in _schedule_rows().all()}
     _create_missing(schedules, rows, now)
     names = {schedule.name for schedule in schedules}
     for name, row in rows.items():
         if row.removed_at is None and name not in names:
-            _retire(row, now, result)
+            _retire(row, now, result, disabled=name in runtime.disabled)
     refill: list[tuple[Schedule, PeriodicSchedule]] = []
     for schedule in schedules:
         row = rows[schedule.name]
@@ -252,7 +262,7 @@ def _write(plans: list[tuple[Schedule, list[datetime.datetime]]]) -> None:
     plans = [(schedule, ticks) for schedule, ticks in plans if ticks]
     if not plans:
         return
-    from ..api import Call, schedule_many
+    from ..api import schedule_many
 
     # A tick whose key a row already holds was written before (by a
     # previous release, or before the schedule was paused and resumed): it
@@ -272,19 +282,7 @@ def _write(plans: list[tuple[Schedule, list[datetime.datetime]]]) -> None:
         .values_list("key", "status")
         if status in ACTIVE_STATUSES
     }
-    calls = [
-        Call(
-            schedule.task,
-            args=schedule.args,
-            kwargs={**schedule.kwargs, "tick": tick_text(tick)}
-            if schedule.takes_tick
-            else dict(schedule.kwargs),
-            eta=tick,
-            key=key,
-        )
-        for schedule, tick, key in wanted
-        if key not in held
-    ]
+    calls = [schedule.call(tick) for schedule, tick, key in wanted if key not in held]
     if calls:
         schedule_many(calls)
 
@@ -321,8 +319,14 @@ def _restart(
     return True
 
 
-def _retire(row: PeriodicSchedule, now: datetime.datetime, result: PlanResult) -> None:
-    """The code no longer declares the schedule: stop its future ticks."""
+def _retire(
+    row: PeriodicSchedule,
+    now: datetime.datetime,
+    result: PlanResult,
+    disabled: bool = False,
+) -> None:
+    """The code no longer declares the schedule, or its runtime definition
+    was disabled or deleted: stop its future ticks."""
     db = write_db()
     with transaction.atomic(using=db):
         if not transitions.retire_schedule(row.name, _db(now), db):
@@ -330,10 +334,10 @@ def _retire(row: PeriodicSchedule, now: datetime.datetime, result: PlanResult) -
         cancelled = _cancel(_future_ticks(row.name, now))
         stranded = _cancel(_unrunnable(_ticks_of(row.name).due(by=_db(now))))
     logger.warning(
-        "periodic schedule %s is no longer declared in the code: its %d future "
-        "tick(s) were cancelled and it writes no more (ticks already due still "
-        "run%s)",
+        "periodic schedule %s is %s: its %d future tick(s) were cancelled and "
+        "it writes no more (ticks already due still run%s)",
         row.name,
+        "disabled" if disabled else "no longer declared in the code or the admin",
         cancelled,
         f"; {stranded} of them were cancelled too, as no task of this "
         f"deployment runs them"

@@ -27,6 +27,7 @@ from django.db.models.functions import Concat, StrIndex, Substr
 from ..exceptions import InvalidTaskDefinition
 
 if TYPE_CHECKING:
+    from ..api import Call
     from ..registry import Task
 
 CatchUp = Literal["none", "latest", "all"]
@@ -58,6 +59,12 @@ class Schedule:
     :05...), so they do not depend on when a process started; ``cron`` ticks
     follow the expression in ``timezone`` (None: the project's
     ``TIME_ZONE``, read when the ticks are computed).
+
+    A schedule edited in the admin also names its ticks' ``queue`` and
+    ``priority`` (None: the task's), may end at ``expires`` (no tick after
+    it), and carries a ``revision`` of what its ticks' rows hold (task,
+    arguments, queue, priority): all part of its :attr:`definition`, so
+    that an edit of any of them replaces the ticks written ahead.
     """
 
     name: str
@@ -68,14 +75,24 @@ class Schedule:
     catch_up: CatchUp = DEFAULT_CATCH_UP
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
+    queue: str | None = None
+    priority: int | None = None
+    expires: datetime.datetime | None = None
+    revision: str = ""
 
     @property
     def definition(self) -> str:
-        """When it ticks, in words; stored, so that a deploy that changes it
-        is noticed."""
+        """When it ticks, in words; stored, so that a deploy (or an edit in
+        the admin) that changes it is noticed."""
         if self.every is not None:
-            return f"every {self.every.total_seconds():g} s"
-        return f"cron {self.cron} {self.zone().key}"
+            words = f"every {self.every.total_seconds():g} s"
+        else:
+            words = f"cron {self.cron} {self.zone().key}"
+        if self.expires is not None:
+            words += f" until {tick_text(_utc(self.expires))}"
+        if self.revision:
+            words += f" [{self.revision}]"
+        return words
 
     @property
     def takes_tick(self) -> bool:
@@ -93,11 +110,35 @@ class Schedule:
         """The dedupe key of one tick: at most one active row holds it."""
         return tick_key(self.name, tick)
 
+    def call(self, tick: datetime.datetime) -> Call:
+        """The call that writes one tick as a task row: the schedule's
+        arguments (and the tick's time, for a function that takes
+        ``tick``), due at the tick, under the tick's key."""
+        # Here, not at the top: a tasks module imports this module (through
+        # @periodic) while the apps load, before api's models can be.
+        from ..api import Call
+
+        kwargs = dict(self.kwargs)
+        if self.takes_tick:
+            kwargs["tick"] = tick_text(tick)
+        return Call(
+            self.task,
+            args=list(self.args),
+            kwargs=kwargs,
+            eta=tick,
+            key=self.key(tick),
+            queue=self.queue,
+            priority=self.priority,
+        )
+
     def ticks_after(
         self, start: datetime.datetime, end: datetime.datetime, limit: int
     ) -> list[datetime.datetime]:
-        """The first ``limit`` ticks after ``start``, up to ``end`` included, in UTC."""
+        """The first ``limit`` ticks after ``start``, up to ``end`` included
+        (and up to ``expires``), in UTC."""
         start, end = _utc(start), _utc(end)
+        if self.expires is not None:
+            end = min(end, _utc(self.expires))
         if self.every is not None:
             period = _micros(self.every)
             first = _micros(start - _EPOCH) // period + 1
@@ -119,8 +160,11 @@ class Schedule:
     def ticks_until(
         self, moment: datetime.datetime, count: int
     ) -> list[datetime.datetime]:
-        """The last ``count`` ticks at or before ``moment``, oldest first, in UTC."""
+        """The last ``count`` ticks at or before ``moment`` (and ``expires``),
+        oldest first, in UTC."""
         moment = _utc(moment)
+        if self.expires is not None:
+            moment = min(moment, _utc(self.expires))
         if self.every is not None:
             period = _micros(self.every)
             last = _micros(moment - _EPOCH) // period
