@@ -64,7 +64,9 @@ logger = logging.getLogger(__name__)
 _STATE_LABELS = {
     "active": gettext_lazy("active"),
     "paused": gettext_lazy("paused"),
-    "removed": gettext_lazy("removed from the code"),
+    # A schedule the code no longer declares, or a runtime one disabled or
+    # deleted: either way its future ticks were cancelled.
+    "removed": gettext_lazy("removed or disabled"),
 }
 
 

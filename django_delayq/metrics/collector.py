@@ -217,7 +217,9 @@ class BacklogCollector(Collector):
                 .values_list("queue")
                 .annotate(n=Count("pk"), oldest=Min("created_at"))
             )
-            schedules = schedule_states(now, declared_names=declared_names(), using=db)
+            schedules = schedule_states(
+                now, declared_names=declared_names(db), using=db
+            )
         except DatabaseError:
             for name in _DATABASE_GAUGES:
                 del families[name]

@@ -6,8 +6,8 @@ A schedule is **behind** when it is neither paused nor removed and either
 * nothing keeps it: its ``planned_through`` is more than
   :data:`BEHIND_AFTER` in the past (a keeper moves it a few seconds ahead
   of now every few seconds, so no dispatcher and no looping sweeper has
-  planned it for a while), or the code declares it and no process ever
-  planned it; or
+  planned it for a while), or the code declares it (or an enabled runtime
+  schedule defines it) and no process ever planned it; or
 * a tick of it is late: a tick row still ``scheduled`` more than
   :data:`BEHIND_AFTER` past its ``run_at`` (no dispatcher moves it, or
   the workers of its queue do not keep up).
@@ -27,7 +27,7 @@ from typing import Literal
 from django.db.models import Count, Min, Q
 
 from ..exceptions import InvalidTaskDefinition
-from ..models import DelayedTask, PeriodicSchedule, read_db
+from ..models import DelayedTask, PeriodicSchedule, RuntimeSchedule, read_db
 from .ticks import KEY_PREFIX, TICK_SEPARATOR, schedule_of_key_sql
 
 #: How late a schedule may be (its planning, or a tick's start) before it
@@ -110,15 +110,19 @@ def state_of(
     )
 
 
-def declared_names() -> list[str]:
-    """The names of the schedules this process's code declares (none when
-    ``DELAYQ["PERIODIC"]`` is not even a dict: the system checks say so)."""
+def declared_names(using: str | None = None) -> list[str]:
+    """The names of the schedules that should be planned: those this
+    process's code declares (none when ``DELAYQ["PERIODIC"]`` is not even a
+    dict: the system checks say so), and the enabled runtime schedules."""
     from .declared import declared
 
     try:
-        return [schedule.name for schedule in declared()[0]]
+        names = [schedule.name for schedule in declared()[0]]
     except InvalidTaskDefinition:
-        return []
+        names = []
+    db = read_db() if using is None else using
+    enabled = RuntimeSchedule.objects.using(db).filter(enabled=True)
+    return [*names, *enabled.values_list("name", flat=True)]
 
 
 def late_ticks(

@@ -311,3 +311,24 @@ def test_a_keeper_applies_an_edit_within_its_next_rounds(redis_client):
         assert timezone.now() - disabled_at < datetime.timedelta(seconds=3)
     finally:
         keeper.stop()
+
+
+# -- what the reports say ------------------------------------------------------
+
+
+def test_an_enabled_schedule_nothing_planned_yet_is_behind_in_the_reports():
+    from django_delayq.recurring.overview import declared_names, schedule_states
+
+    runtime("never-planned")
+    runtime("off", enabled=False)
+    names = declared_names()
+    assert "never-planned" in names
+    assert "off" not in names
+    now = timezone.now()
+    [state] = [
+        s
+        for s in schedule_states(now, declared_names=names)
+        if s.name == "never-planned"
+    ]
+    assert state.planned_through is None
+    assert state.behind(now)
