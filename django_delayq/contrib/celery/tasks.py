@@ -22,7 +22,17 @@ from __future__ import annotations
 import datetime
 import inspect
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Literal,
+    NoReturn,
+    ParamSpec,
+    TypeVar,
+    cast,
+    overload,
+)
 
 from django.utils import timezone
 
@@ -44,7 +54,11 @@ if TYPE_CHECKING:
     from .results import AsyncResult
 
 
-class CeleryTask(registry.Task[..., Any]):
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class CeleryTask(registry.Task[P, R]):
     """A django-delayq task with Celery's task API."""
 
     policy: RetryPolicy = RetryPolicy()
@@ -72,10 +86,10 @@ class CeleryTask(registry.Task[..., Any]):
 
     # -- calling -------------------------------------------------------------------
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Run the function here and now, as Celery's direct call does."""
         direct = Request(id=None, task=self.name, args=list(args), kwargs=kwargs)
-        return self._call(direct, args, kwargs)
+        return cast("R", self._call(direct, args, kwargs))
 
     def read_signature(self) -> inspect.Signature:
         """The function's, without the task a bound function takes first."""
@@ -105,9 +119,11 @@ class CeleryTask(registry.Task[..., Any]):
         stack = requests_under_way()
         try:
             stack.append(request)
+            # The function as written: a bound one takes the task first.
+            function: Callable[..., Any] = self.func
             if self.bind:
-                return self.func(self, *args, **kwargs)
-            return self.func(*args, **kwargs)
+                return function(self, *args, **kwargs)
+            return function(*args, **kwargs)
         except (Retry, MaxRetriesExceededError, NotSupported):
             raise  # never retried automatically: the code asked for them
         except BaseException as exc:
@@ -122,7 +138,7 @@ class CeleryTask(registry.Task[..., Any]):
 
     # -- scheduling ----------------------------------------------------------------
 
-    def delay(self, *args: Any, **kwargs: Any) -> AsyncResult:
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> AsyncResult:
         """Run as soon as a worker is free: ``apply_async(args, kwargs)``."""
         return self.apply_async(args, kwargs)
 
@@ -278,7 +294,9 @@ class CeleryTask(registry.Task[..., Any]):
 
 
 def _seconds_until(
-    eta: datetime.datetime | None, countdown: float | None, task: CeleryTask
+    eta: datetime.datetime | None,
+    countdown: float | None,
+    task: CeleryTask[Any, Any],
 ) -> float:
     """Seconds from now until the retry: ``countdown``, or until ``eta`` (a
     naive one is in the current time zone, as Django takes naive times), or
@@ -308,16 +326,24 @@ _CANVAS = (
 
 
 @overload
-def shared_task(func: Callable[..., Any], /) -> CeleryTask: ...
+def shared_task(func: Callable[P, R], /) -> CeleryTask[P, R]: ...
 
 
 @overload
-def shared_task(**options: Any) -> Callable[[Callable[..., Any]], CeleryTask]: ...
+def shared_task(
+    *, bind: Literal[True], **options: Any
+) -> Callable[[Callable[Concatenate[Any, P], R]], CeleryTask[P, R]]: ...
+
+
+@overload
+def shared_task(
+    *, bind: Literal[False] = ..., **options: Any
+) -> Callable[[Callable[P, R]], CeleryTask[P, R]]: ...
 
 
 def shared_task(
     func: Callable[..., Any] | None = None, /, *args: Any, **options: Any
-) -> CeleryTask | Callable[[Callable[..., Any]], CeleryTask]:
+) -> CeleryTask[Any, Any] | Callable[[Callable[..., Any]], CeleryTask[Any, Any]]:
     """Celery's ``@shared_task``, as a django-delayq task.
 
     Every option Celery users write is mapped or refused with an error that
@@ -329,7 +355,7 @@ def shared_task(
             "@shared_task(bind=True, max_retries=5)."
         )
 
-    def decorate(fn: Callable[..., Any]) -> CeleryTask:
+    def decorate(fn: Callable[..., Any]) -> CeleryTask[Any, Any]:
         name = getattr(fn, "__qualname__", repr(fn))
         if inspect.iscoroutinefunction(fn):
             raise InvalidTaskDefinition(
