@@ -164,6 +164,27 @@ def _act(
                 "%(count)d were not paused.",
                 unchanged,
             ) % {"count": unchanged}
+    _report(
+        model_admin,
+        request,
+        changed,
+        text,
+        logged=_("Paused.") if pausing else _("Resumed."),
+        done="paused" if pausing else "resumed",
+    )
+
+
+def _report(
+    model_admin: admin.ModelAdmin[Any],
+    request: HttpRequest,
+    changed: list[Any],
+    text: str,
+    *,
+    logged: str,
+    done: str,
+) -> None:
+    """Tell the user what an action changed, and record it in the admin's
+    log (``logged``) and the process's (``done``)."""
     model_admin.message_user(
         request, text, messages.SUCCESS if changed else messages.WARNING
     )
@@ -172,13 +193,14 @@ def _act(
             user_id=request.user.pk,
             queryset=changed,
             action_flag=CHANGE,
-            change_message=_("Paused.") if pausing else _("Resumed."),
+            change_message=logged,
         )
     logger.info(
-        "admin: %s %s %d periodic schedule(s)",
+        "admin: %s %s %d %s(s)",
         request.user,
-        "paused" if pausing else "resumed",
+        done,
         len(changed),
+        model_admin.model._meta.verbose_name,
     )
 
 
@@ -467,23 +489,13 @@ def _switch(
             "Disabled %(count)d schedules: their ticks not yet due are cancelled.",
             len(changed),
         )
-    model_admin.message_user(
+    _report(
+        model_admin,
         request,
+        changed,
         text % {"count": len(changed)},
-        messages.SUCCESS if changed else messages.WARNING,
-    )
-    if changed and request.user.pk is not None:
-        LogEntry.objects.log_actions(
-            user_id=request.user.pk,
-            queryset=changed,
-            action_flag=CHANGE,
-            change_message=_("Enabled.") if enabled else _("Disabled."),
-        )
-    logger.info(
-        "admin: %s %s %d runtime periodic schedule(s)",
-        request.user,
-        "enabled" if enabled else "disabled",
-        len(changed),
+        logged=_("Enabled.") if enabled else _("Disabled."),
+        done="enabled" if enabled else "disabled",
     )
 
 
