@@ -369,7 +369,7 @@ class RuntimeSchedule(models.Model):
         max_length=160,
         unique=True,
         help_text=_(
-            "Names its ticks' keys (periodic:<name>@<time>); no schedule "
+            "Names its ticks' keys (periodic:NAME@TIME); no schedule "
             "declared in the code may have it."
         ),
     )

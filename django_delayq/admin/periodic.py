@@ -403,11 +403,11 @@ class RuntimeScheduleForm(_ModelForm):
     them (:func:`~django_delayq.recurring.runtime.validate`)."""
 
     task = forms.ChoiceField(
-        label=gettext_lazy("task"),
+        label=gettext_lazy("Task"),
         help_text=gettext_lazy("A registered task (@task or @periodic)."),
     )
     catch_up = forms.ChoiceField(
-        label=gettext_lazy("catch up"),
+        label=gettext_lazy("Catch up"),
         choices=[(policy, policy) for policy in CATCH_UP_POLICIES],
         initial="latest",
         help_text=RuntimeSchedule._meta.get_field("catch_up").help_text,

@@ -15,7 +15,7 @@ class Migration(migrations.Migration):
             name='RuntimeSchedule',
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text="Names its ticks' keys (periodic:<name>@<time>); no schedule declared in the code may have it.", max_length=160, unique=True, verbose_name='name')),
+                ('name', models.CharField(help_text="Names its ticks' keys (periodic:NAME@TIME); no schedule declared in the code may have it.", max_length=160, unique=True, verbose_name='name')),
                 ('task', models.CharField(help_text="A registered task's name.", max_length=200, verbose_name='task')),
                 ('args', models.JSONField(blank=True, default=list, help_text='A JSON list.', verbose_name='args')),
                 ('kwargs', models.JSONField(blank=True, default=dict, help_text='A JSON object.', verbose_name='kwargs')),
