@@ -210,7 +210,22 @@ def run_attempt(
     """Call ``registered``'s function for an attempt of ``row`` through the
     middleware (without any, the function alone), with :func:`current_run`
     saying which run it is meanwhile."""
-    run = TaskRun(
+    handler = chain()
+    # What makes the run, not the run: most projects have no middleware,
+    # and a line logged during the run builds it only if it asks.
+    token = _current.set((registered, row, limit))
+    try:
+        if handler is _innermost:
+            return registered.run_attempt(row, limit)
+        return handler(_run_of(registered, row, limit))
+    finally:
+        _current.reset(token)
+
+
+def _run_of(
+    registered: registry.Task[Any, Any], row: DelayedTask, limit: float | None
+) -> TaskRun:
+    return TaskRun(
         id=row.pk,
         name=row.name,
         queue=row.queue,
@@ -221,20 +236,17 @@ def run_attempt(
         task=registered,
         _call=lambda: registered.run_attempt(row, limit),
     )
-    token = _current.set(run)
-    try:
-        return chain()(run)
-    finally:
-        _current.reset(token)
 
 
-#: The run under way in this thread (a worker thread runs one at a time).
-_current: contextvars.ContextVar[TaskRun | None] = contextvars.ContextVar(
-    "delayq_current_run", default=None
-)
+#: What makes the run under way in this thread (a worker thread runs one at
+#: a time): the task, its row and its time limit.
+_current: contextvars.ContextVar[
+    tuple[registry.Task[Any, Any], DelayedTask, float | None] | None
+] = contextvars.ContextVar("delayq_current_run", default=None)
 
 
 def current_run() -> TaskRun | None:
     """The run of a task under way here, from its function, its middleware
     or any code they call (a log filter); None outside a run."""
-    return _current.get()
+    current = _current.get()
+    return None if current is None else _run_of(*current)
