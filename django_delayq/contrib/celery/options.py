@@ -29,32 +29,29 @@ CELERY_BACKOFF_MAX = 600
 #: What to write instead of a Celery option django-delayq cannot honour.
 REFUSED_TASK_OPTIONS: Mapping[str, str] = {
     "typing": "django-delayq always checks a call's arguments against the "
-    "function's signature when it is scheduled; remove typing=...",
-    "serializer": "django-delayq stores arguments as JSON in the task's row; "
-    "remove serializer=...",
-    "compression": "arguments are stored in the database, uncompressed; remove "
-    "compression=...",
-    "track_started": "a running task's status is always 'running' "
-    "(STARTED); remove track_started=...",
+    "function's signature when it is scheduled; remove it",
+    "serializer": "django-delayq stores arguments as JSON in the task's row; remove it",
+    "compression": "arguments are stored in the database, uncompressed; remove it",
+    "track_started": "a running task's status is always 'running' (STARTED); remove it",
     "store_errors_even_if_ignored": "errors are always kept on the task's row; "
-    "remove store_errors_even_if_ignored=...",
+    "remove it",
     "reject_on_worker_lost": "a task whose worker was lost is retried while "
-    "it has attempts left; remove reject_on_worker_lost=...",
+    "it has attempts left; remove it",
     "throws": "remove throws=...: every failure is logged with its traceback",
     "base": "custom Task classes are not supported; move the behaviour into "
     "the function, or into a signal receiver (django_delayq.signals)",
     "expires": "django-delayq has no expiry yet; cancel the task (revoke()) "
     "when it is no longer wanted, or check the time in the task",
-    "lazy": "remove lazy=...",
+    "lazy": "remove it",
     "acks_on_failure_or_timeout": "a failed or timed-out attempt is always "
     "settled (retried or failed, as the task's retry options say); remove "
-    "acks_on_failure_or_timeout=...",
+    "it",
     "acks_on_failure": "a failed attempt is always settled (retried or failed); "
-    "remove acks_on_failure=...",
+    "remove it",
     "acks_on_timeout": "an attempt past its time limit is always settled "
-    "(retried or failed); remove acks_on_timeout=...",
+    "(retried or failed); remove it",
     "retry_on_worker_lost": "an attempt whose worker was lost is always run "
-    "again while the task has attempts left; remove retry_on_worker_lost=...",
+    "again while the task has attempts left; remove it",
     "shadow": "remove shadow=...: the name is the task's name=",
 }
 
@@ -98,22 +95,21 @@ REFUSED_CALL_OPTIONS: Mapping[str, str] = {
     "task_id": "ids are made by django-delayq; pass key=... (a dedupe key) to "
     "schedule a task at most once",
     "retry": "scheduling never needs a retry: the row is written in your "
-    "transaction and a failed Redis write goes to the outbox; remove retry=...",
-    "retry_policy": "scheduling never needs a retry; remove retry_policy=...",
+    "transaction and a failed Redis write goes to the outbox; remove it",
+    "retry_policy": "scheduling never needs a retry; remove it",
     "routing_key": "pass queue=... instead",
     "exchange": "pass queue=... instead",
-    "serializer": "arguments are stored as JSON; remove serializer=...",
-    "compression": "remove compression=...",
+    "serializer": "arguments are stored as JSON; remove it",
+    "compression": "remove it",
     "headers": "remove headers=...: pass what the task needs as arguments",
     "time_limit": "set time_limit=... on @shared_task",
     "soft_time_limit": "set soft_time_limit=... on @shared_task",
     "ignore_result": "set ignore_result=... on @shared_task",
-    "shadow": "remove shadow=...",
+    "shadow": "remove it",
     "chain": "chains are not supported; schedule the next task at the end of this one",
-    "add_to_parent": "remove add_to_parent=...",
-    "producer": "tasks are written to the database, not published; remove producer=...",
-    "connection": "tasks are written to the database, not published; remove "
-    "connection=...",
+    "add_to_parent": "remove it",
+    "producer": "tasks are written to the database, not published; remove it",
+    "connection": "tasks are written to the database, not published; remove it",
 }
 
 
