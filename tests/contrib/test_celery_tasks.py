@@ -15,6 +15,7 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
+from django_delayq import registry
 from django_delayq.contrib.celery import (
     AsyncResult,
     MaxRetriesExceededError,
@@ -52,8 +53,15 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 @pytest.fixture(autouse=True)
 def _manual() -> Any:
     celery_style.calls.clear()
-    with test_mode("manual"):
-        yield
+    # Tasks a test defines are unregistered after it: a limited one would
+    # give its queue a limits shard in every later test of the process.
+    registered = set(registry.all_tasks())
+    try:
+        with test_mode("manual"):
+            yield
+    finally:
+        for name in set(registry.all_tasks()) - registered:
+            registry.unregister(name)
 
 
 def later(seconds: float) -> datetime.datetime:
