@@ -51,7 +51,6 @@ from .results import AsyncResult
 
 if TYPE_CHECKING:
     from ...models import DelayedTask
-    from .results import AsyncResult
 
 
 P = ParamSpec("P")
