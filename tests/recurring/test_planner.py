@@ -17,7 +17,12 @@ from django_delayq.recurring import periodic
 from django_delayq.recurring.declared import forget
 from django_delayq.recurring.planner import LOOKAHEAD, pause, plan, resume
 from django_delayq.registry import unregister
-from tests.support.helpers import expected_score, indexed_score
+from tests.support.helpers import (
+    expected_score,
+    indexed_score,
+    schedule_ticks,
+    tick_times,
+)
 from tests.testapp import tasks as app_tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,15 +51,10 @@ def declare(settings: Any) -> Iterator[Declare]:
 
 
 def ticks(name: str = "ticks", **filters: Any) -> list[DelayedTask]:
-    return list(
-        DelayedTask.objects.filter(
-            key__startswith=f"periodic:{name}@", **filters
-        ).order_by("run_at")
-    )
+    return schedule_ticks(name, **filters)
 
 
-def times(rows: list[DelayedTask]) -> list[str]:
-    return [row.run_at.strftime("%H:%M:%S") for row in rows]
+times = tick_times
 
 
 def test_ticks_are_written_ahead_once_with_their_key_and_time(declare, redis_client):

@@ -18,7 +18,7 @@ from django_delayq.models import DelayedTask, PeriodicSchedule, RuntimeSchedule,
 from django_delayq.recurring.keeper import Keeper
 from django_delayq.recurring.planner import PlanResult, plan
 from django_delayq.recurring.runtime import validate
-from tests.support.helpers import declared_schedule
+from tests.support.helpers import declared_schedule, schedule_ticks, tick_times
 from tests.testapp.tasks import count_run
 from tools.procs import wait_for
 
@@ -35,15 +35,10 @@ def runtime(name: str = "adds", **fields: Any) -> RuntimeSchedule:
 
 
 def ticks(name: str = "adds", **filters: Any) -> list[DelayedTask]:
-    return list(
-        DelayedTask.objects.filter(
-            key__startswith=f"periodic:{name}@", **filters
-        ).order_by("run_at")
-    )
+    return schedule_ticks(name, **filters)
 
 
-def times(rows: list[DelayedTask]) -> list[str]:
-    return [row.run_at.strftime("%H:%M:%S") for row in rows]
+times = tick_times
 
 
 def errors(**fields: Any) -> dict[str, list[str]]:

@@ -106,3 +106,17 @@ def most_at_once(runs: Any) -> int:
         running += change
         most = max(most, running)
     return most
+
+
+def schedule_ticks(name: str, **filters: Any) -> list[DelayedTask]:
+    """The tick rows of the periodic schedule ``name``, by due time."""
+    return list(
+        DelayedTask.objects.filter(
+            key__startswith=f"periodic:{name}@", **filters
+        ).order_by("run_at")
+    )
+
+
+def tick_times(rows: list[DelayedTask]) -> list[str]:
+    """The rows' due times as ``HH:MM:SS``, to compare at a glance."""
+    return [row.run_at.strftime("%H:%M:%S") for row in rows]
