@@ -2,12 +2,21 @@
 # Run the test suite in each matrix leg's virtualenv, once per database.
 #
 #   tools/run_tests.sh [--dbs "sqlite postgres"] [--leg-dbs "LEG=DB,DB ..."]
+#                      [--whole-suite]
 #                      [--faults LEG] [--fault-dbs "sqlite mariadb postgres"]
 #                      [--browser "LEG ..."] [LEG ...]
 #
 # Each leg runs the suite on every database of --dbs, or on those that
-# --leg-dbs names for it (e.g. py312-dj6=mariadb): a database leg tests
-# what differs on that database, and one Django version is enough for that.
+# --leg-dbs names for it (e.g. py312-dj6=mariadb). A database leg tests what
+# differs on that database: SQLite runs the whole suite; PostgreSQL and
+# MariaDB run the tests whose outcome the database decides (VENDOR_TESTS:
+# the SQL the package writes by hand, transactions, locks, bulk inserts,
+# aggregates, keys and collations), and, in a leg that has no SQLite run,
+# also the tests whose outcome the Django version decides (DJANGO_TESTS),
+# since that leg has no whole-suite run. --whole-suite runs the whole suite
+# on every database. tests/package/test_test_legs.py checks that every test
+# file is run by some run and that every database test file is sorted into
+# VENDOR_TESTS or VENDOR_INDEPENDENT_TESTS.
 #
 # Each leg also runs Django's own Tasks test suite against the backend
 # (tools/django_tasks_suite.py), once, on its last database; on a leg whose
@@ -97,13 +106,115 @@ USER_PROJECT_TESTS=(
     tests/acceptance/projects/test_testing_toolkit_projects.py
     tests/acceptance/projects/test_example_shop.py
 )
+# The tests whose outcome the database decides, run on PostgreSQL and
+# MariaDB besides SQLite: the package's own SQL (claims, fenced updates,
+# COPY and bulk inserts, EXPLAIN plans), transactions, savepoints, deadlocks
+# and on_commit, unique keys and collations, aggregates of the admin,
+# status and metrics, the planner's compare-and-set, database routers and
+# migrations, and real processes competing for rows.
+VENDOR_TESTS=(
+    tests/db
+    tests/worker
+    tests/api/test_api_properties.py
+    tests/api/test_async_api.py
+    tests/api/test_async_tasks.py
+    tests/api/test_bulk.py
+    tests/api/test_cancel_reschedule.py
+    tests/api/test_dedupe.py
+    tests/api/test_key_lookups.py
+    tests/api/test_past_eta.py
+    tests/api/test_retry.py
+    tests/api/test_schedule.py
+    tests/api/test_bad_input.py::test_the_callers_transaction_stays_usable_after_bad_input
+    tests/rows/test_outbox.py
+    tests/rows/test_payload_fidelity.py
+    tests/rows/test_priority.py
+    tests/recurring/test_due_rows.py
+    tests/recurring/test_planner.py
+    tests/recurring/test_runtime_schedules.py
+    tests/recurring/test_schedule_transitions.py
+    tests/recurring/test_tick_keys.py::test_the_query_forms_write_and_read_keys_as_the_functions_do
+    tests/recurring/test_tick_keys.py::test_the_overview_counts_late_ticks_alike_bounded_or_not
+    tests/admin/test_admin.py
+    tests/admin/test_dashboard.py
+    tests/admin/test_periodic.py
+    tests/reporting/test_status.py
+    tests/reporting/test_health.py
+    tests/reporting/test_metrics_collector.py
+    tests/sweeper/test_sweeper.py
+    tests/sweeper/test_redis_loss.py
+    tests/limits/test_admission.py
+    tests/testing/test_testing_toolkit.py
+    tests/store/test_key_prefix_owner.py
+    tests/contrib/test_tasks_backend.py
+    tests/contrib/test_celery_beat_import.py
+    tests/acceptance/commands/test_commands.py
+    tests/acceptance/commands/test_middleware_processes.py
+)
+# Tests that use the database but whose outcome it does not decide: they
+# validate input before any SQL, or exercise Redis, settings, logging or a
+# project's set-up (test_bad_input.py and test_tick_keys.py but for the
+# tests VENDOR_TESTS names). SQLite runs them; a new database test file
+# must be added here or to VENDOR_TESTS.
+VENDOR_INDEPENDENT_TESTS=(
+    tests/api/test_bad_input.py
+    tests/api/test_call_signature.py
+    tests/recurring/test_tick_keys.py
+    tests/recurring/test_setting_tasks.py
+    tests/admin/test_runtime_schedules.py
+    tests/conf/test_checks.py
+    tests/conf/test_deploy_checks.py
+    tests/contrib/test_celery_tasks.py
+    tests/contrib/test_django_tasks_suite.py
+    tests/contrib/test_log_context.py
+    tests/contrib/test_log_redaction.py
+    tests/dispatcher/test_dispatcher.py
+    tests/docs/test_claims_on_servers.py
+    tests/docs/test_examples.py
+    tests/limits/test_bad_limits.py
+    tests/limits/test_limits_in_tests.py
+    tests/limits/test_limits_reported.py
+    tests/reporting/test_activity.py
+    tests/reporting/test_metrics_directory.py
+    tests/reporting/test_status_names.py
+    tests/store/test_connection.py
+    tests/store/test_test_namespace.py
+    tests/sweeper/test_broken_keys.py
+    tests/testing/test_indexer_backends.py
+    tests/testing/test_loops_in_test_mode.py
+    tests/acceptance/commands/test_celery_processes.py
+    tests/acceptance/commands/test_tasks_backend_processes.py
+    tests/acceptance/projects/test_api_only_project.py
+    tests/acceptance/projects/test_shell_test_environment.py
+)
+# The tests whose outcome the Django version decides: the admin's forms and
+# markup, system checks, django.tasks against the backport, Django's test
+# environment, projects made from the docs. A leg without a SQLite run adds
+# them to its server database's run.
+DJANGO_TESTS=(
+    tests/admin/test_display.py
+    tests/admin/test_runtime_schedules.py
+    tests/conf/test_checks.py
+    tests/contrib/test_tasks_compat.py
+    tests/contrib/test_django_tasks_suite.py
+    tests/docs/test_examples.py
+    tests/testing/test_indexer_backends.py
+    tests/testing/test_loops_in_test_mode.py
+    tests/store/test_test_namespace.py
+    tests/acceptance/projects/test_api_only_project.py
+    tests/acceptance/projects/test_shell_test_environment.py
+    tests/acceptance/commands/test_tasks_backend_processes.py
+    tests/acceptance/commands/test_celery_processes.py
+)
 faults_leg=""
 browser_legs=()
 legs=()
+whole_suite=false
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --dbs) dbs=$2; shift 2 ;;
         --leg-dbs) leg_dbs=$2; shift 2 ;;
+        --whole-suite) whole_suite=true; shift ;;
         --fault-dbs) fault_dbs=$2; shift 2 ;;
         --faults) faults_leg=$2; shift 2 ;;
         --browser) read -ra more <<<"$2"; browser_legs+=("${more[@]}"); shift 2 ;;
@@ -156,11 +267,11 @@ run_pytest() {
         5) verdict="FAILED (no tests collected)" ;;
         *) verdict="FAILED (exit $status)" ;;
     esac
-    # A -k filter in PYTEST_ARGS may select no fault scenario or browser test
-    # at all; without a filter, no tests collected is a failure like anywhere
+    # A -k filter in PYTEST_ARGS may select no fault scenario, browser test
+    # or test of a database's subset at all; without a filter, no tests collected is a failure like anywhere
     # else.
     if [[ $status -eq 5 && ($label == faults-* || $label == upgrade-* ||
-        $label == browser-*) &&
+        $label == browser-* || -n ${SUBSET_RUN:-}) &&
         ${#pytest_args[@]} -gt 0 ]]; then
         verdict="nothing selected"
         status=0
@@ -212,15 +323,28 @@ databases_of() {
 for leg in "${legs[@]}"; do
     leg_databases=$(databases_of "$leg")
     last_leg_db=${leg_databases##* }
+    leg_has_sqlite=false
+    [[ " $leg_databases " == *" sqlite "* ]] && leg_has_sqlite=true
     for db in $leg_databases; do
-        # The user projects: once per leg, with the last database.
-        projects=()
-        if [[ $db != "$last_leg_db" ]]; then
-            projects=("${USER_PROJECT_TESTS[@]/#/--ignore=}")
+        if [[ $db == sqlite || $whole_suite == true ]]; then
+            # The user projects: once per leg, with the last database.
+            projects=()
+            if [[ $db != "$last_leg_db" ]]; then
+                projects=("${USER_PROJECT_TESTS[@]/#/--ignore=}")
+            fi
+            run_pytest "$leg" "$db" "$leg" --ignore=tests/faults --ignore=tests/upgrade \
+                --ignore=tests/browser \
+                "${PROCESS_TESTS[@]/#/--ignore=}" "${projects[@]}" "${pytest_args[@]}"
+            continue
         fi
-        run_pytest "$leg" "$db" "$leg" --ignore=tests/faults --ignore=tests/upgrade \
-            --ignore=tests/browser \
-            "${PROCESS_TESTS[@]/#/--ignore=}" "${projects[@]}" "${pytest_args[@]}"
+        subset=("${VENDOR_TESTS[@]}")
+        if [[ $leg_has_sqlite == false ]]; then
+            subset+=("${DJANGO_TESTS[@]}")
+        fi
+        if [[ $db == "$last_leg_db" ]]; then
+            subset+=("${USER_PROJECT_TESTS[@]}")
+        fi
+        SUBSET_RUN=1 run_pytest "$leg" "$db" "$leg" "${subset[@]}" "${pytest_args[@]}"
     done
     # Once per leg, on its last database.
     run_django_suite "$leg" "$last_leg_db"

@@ -98,9 +98,14 @@ def _median_of(runs: list[dict[str, float]]) -> dict[str, float]:
     return summary
 
 
+_STARTED = time.monotonic()
+
+
 def _say(message: str) -> None:
-    # One write per line: quick runs call this from several threads.
-    sys.stderr.write(f"benchmarks: {message}\n")
+    # One write per line: quick runs call this from several threads. The
+    # seconds since the start say which part a slow run spent its time in.
+    elapsed = time.monotonic() - _STARTED
+    sys.stderr.write(f"benchmarks: [{elapsed:5.0f} s] {message}\n")
     sys.stderr.flush()
 
 
@@ -439,6 +444,7 @@ def main() -> int:
     elif args.quick and not args.all_peers:
         peers = QUICK_PEERS
     results = measure(plan, peers=peers, quick=args.quick)
+    _say("measured")
     results["command"] = command
     # Saved with the figures so that a report rendered later from the JSON
     # still describes the machine the figures came from.
