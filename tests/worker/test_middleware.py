@@ -15,10 +15,10 @@ from django.test import override_settings
 
 from django_delayq import schedule
 from django_delayq.conf import get_settings
+from django_delayq.conf.middleware import load
 from django_delayq.exceptions import InvalidConfiguration
 from django_delayq.models import DelayedTask, Status
 from django_delayq.testing import run_due, test_mode
-from django_delayq.worker.attempts import load
 from tests.testapp.models import Ledger
 from tests.testapp.tasks import add, record
 
