@@ -223,7 +223,8 @@ def check_periodic(**kwargs: Any) -> list[CheckMessage]:
 
 def check_middleware(**kwargs: Any) -> list[CheckMessage]:
     """Report ``DELAYQ["MIDDLEWARE"]`` entries that cannot be imported or
-    built (``delayq.E021``): every run would fail."""
+    built (``delayq.E021``): every run, and every ``schedule()``, would
+    fail."""
     try:
         settings = conf.parse(conf.raw_settings())
     except InvalidConfiguration:

@@ -4,21 +4,23 @@ built once per process, chained as Django chains its middleware.
 A middleware is a class built with the next step of the chain (the first
 entry of the setting is the outermost; the innermost step calls the task's
 function) and called with each run of a task
-(:class:`~django_delayq.worker.attempts.TaskRun`).
+(:class:`~django_delayq.worker.attempts.TaskRun`). One that also defines
+``on_schedule(self, task, meta)`` is asked, in the setting's order, for the
+metadata of every task a process schedules (:class:`ScheduleHook`).
 
 The worker takes the chain from here for each run
-(:mod:`django_delayq.worker.attempts`); the system check ``delayq.E021``
-builds it to report an entry that cannot be built. Building imports the
-project's classes, so it happens on first use, never while the settings
-are read.
+(:mod:`django_delayq.worker.attempts`), ``schedule()`` the hooks
+(:mod:`django_delayq.api`): a process builds each middleware once, whichever
+it does. Building imports the project's classes, so it happens on first use,
+never while the settings are read.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from django.utils.module_loading import import_string
 
@@ -27,6 +29,14 @@ from .settings import get_settings
 
 #: A step of the chain: a run in, the function's value out.
 Handler = Callable[[Any], Any]
+
+
+class ScheduleHook(Protocol):
+    """A middleware's ``on_schedule``: given the registered task being
+    scheduled and its metadata so far (a dict of its own, which it may
+    change), return the metadata the task is scheduled with."""
+
+    def __call__(self, task: Any, meta: dict[str, Any], /) -> Mapping[str, Any]: ...
 
 
 def innermost(run: Any) -> Any:
@@ -42,6 +52,9 @@ class Middleware:
     paths: tuple[str, ...]
     #: the outermost step of the chain (:func:`innermost` without middleware)
     handler: Handler
+    #: ``(path, on_schedule)`` of each middleware that defines one, in the
+    #: setting's order
+    schedule_hooks: tuple[tuple[str, ScheduleHook], ...]
 
 
 def load(paths: Sequence[str]) -> Middleware:
@@ -49,6 +62,7 @@ def load(paths: Sequence[str]) -> Middleware:
     :class:`~django_delayq.exceptions.InvalidConfiguration` naming an entry
     that cannot be imported or built."""
     handler: Handler = innermost
+    hooks: list[tuple[str, ScheduleHook]] = []
     for path in reversed(paths):
         where = f'DELAYQ["MIDDLEWARE"] entry {path!r}'
         try:
@@ -71,11 +85,19 @@ def load(paths: Sequence[str]) -> Middleware:
                 f"{where} built an object that cannot be called; give it a "
                 f"__call__(self, run) method."
             )
-    return Middleware(tuple(paths), handler)
+        hook = getattr(handler, "on_schedule", None)
+        if hook is not None:
+            if not callable(hook):
+                raise InvalidConfiguration(
+                    f"{where} has an on_schedule attribute that cannot be "
+                    f"called; make it a method on_schedule(self, task, meta)."
+                )
+            hooks.append((path, hook))
+    return Middleware(tuple(paths), handler, tuple(reversed(hooks)))
 
 
 _lock = threading.Lock()
-_built = Middleware((), innermost)
+_built = Middleware((), innermost, ())
 
 
 def get_middleware() -> Middleware:

@@ -24,8 +24,9 @@ import contextvars
 import logging
 import traceback
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from .. import registry
@@ -128,7 +129,7 @@ def log_fenced(row: DelayedTask) -> None:
 
 @dataclass(frozen=True)
 class TaskRun:
-    """One run of a task, as middleware sees it."""
+    """One run of a task, as middleware and :func:`current_run` see it."""
 
     #: the task's id (its row's primary key)
     id: uuid.UUID
@@ -140,6 +141,9 @@ class TaskRun:
     max_attempts: int
     args: Sequence[Any]
     kwargs: dict[str, Any]
+    #: the task's metadata (``schedule(..., meta=...)``), read-only; empty
+    #: when it has none
+    meta: Mapping[str, Any]
     #: the registered task (its options: ``task.time_limit``, ...)
     task: registry.Task[Any, Any]
     _call: Callable[[], Any] = field(repr=False, compare=False)
@@ -178,10 +182,14 @@ def _run_of(
         max_attempts=row.max_attempts,
         args=row.args,
         kwargs=row.kwargs,
+        meta=_NO_META if not row.meta else MappingProxyType(row.meta),
         task=registered,
         _call=lambda: registered.run_attempt(row, limit),
     )
 
+
+#: The metadata of a task that has none.
+_NO_META: Mapping[str, Any] = MappingProxyType({})
 
 #: What makes the run under way in this thread (a worker thread runs one at
 #: a time): the task, its row and its time limit.
