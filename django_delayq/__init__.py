@@ -17,6 +17,7 @@ __all__ = [
     "aschedule",
     "aschedule_many",
     "cancel",
+    "current_run",
     "periodic",
     "reschedule",
     "retry",
@@ -41,9 +42,10 @@ if TYPE_CHECKING:
     )
     from .recurring import periodic
     from .registry import task
+    from .worker.attempts import current_run
 
 #: What is imported from :mod:`django_delayq.api` on first use.
-_API = frozenset(__all__) - {"periodic", "task"}
+_API = frozenset(__all__) - {"current_run", "periodic", "task"}
 
 
 def __getattr__(name: str) -> Any:
@@ -60,6 +62,12 @@ def __getattr__(name: str) -> Any:
         from .recurring import periodic
 
         return periodic
+    if name == "current_run":
+        # The run under way is the worker's to know; a process that runs no
+        # task imports the worker only if it asks.
+        from .worker.attempts import current_run
+
+        return current_run
     if name in _API:
         from . import api
 

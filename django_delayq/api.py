@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,15 +28,16 @@ from django.utils import timezone
 from . import registry, signals, transitions
 from .changes import acancel, areschedule, aretry, cancel, reschedule, retry
 from .conf import get_settings
+from .conf.middleware import ScheduleHook, get_middleware
 from .db.deadlocks import retrying_deadlocks
 from .db.inserts import insert_rows, new_row, plain_rows
-from .exceptions import DuplicateTask, InvalidArgument, TaskRefused
+from .exceptions import DuplicateTask, InvalidArgument, InvalidPayload, TaskRefused
 from .ids import shard_of, uuid7
 from .limits.groups import is_limited, limit_key
 from .lookups import Lookup, matching, write_alias, written
 from .models import ACTIVE_STATUSES, DelayedTask, OutboxEntry, Status
 from .outbox import index_after_commit, indexer, unindex_after_commit
-from .payload import check_payload
+from .payload import check_meta, check_payload, unsupported
 from .store.keys import LIMITS_SHARD
 from .text import check_text
 from .timing import resolve_run_at
@@ -71,6 +72,7 @@ class Call:
     key: str | None = None
     max_attempts: int | None = None
     priority: int | None = None
+    meta: Mapping[str, Any] | None = None
 
 
 def schedule(
@@ -85,6 +87,7 @@ def schedule(
     replace: bool = False,
     max_attempts: int | None = None,
     priority: int | None = None,
+    meta: Mapping[str, Any] | None = None,
     using: str | None = None,
 ) -> DelayedTask:
     """Schedule a registered task to run after ``delay`` seconds or at ``eta``.
@@ -106,6 +109,12 @@ def schedule(
     :param priority: overrides the task's ``priority`` (default 0): an
         integer from -100 to 100. Among tasks that are due, those of a higher
         band start first: high (above 0), normal (0), low (below 0).
+    :param meta: metadata for the task's runs, not its arguments (a tenant,
+        a request id): a dict with str keys and JSON values, at most 4 KiB of
+        JSON. Merged over the task's ``@task(meta=...)``, the call's keys
+        winning, then passed through the ``on_schedule()`` of
+        ``DELAYQ["MIDDLEWARE"]``; the run's middleware and the function read
+        it as ``current_run().meta``.
     :param using: the database alias; defaults to the router's choice.
     :returns: the saved :class:`~django_delayq.models.DelayedTask`.
     :raises TypeError: ``args`` and ``kwargs`` do not fit the task
@@ -118,7 +127,18 @@ def schedule(
             "replace=True needs key=: it replaces the task holding that key."
         )
     task = _prepare(
-        Call(fn_or_name, args, kwargs, delay, eta, queue, key, max_attempts, priority)
+        Call(
+            fn_or_name,
+            args,
+            kwargs,
+            delay,
+            eta,
+            queue,
+            key,
+            max_attempts,
+            priority,
+            meta,
+        )
     )
     db = write_alias(using)
     # Chosen before the row is written: a TEST_MODE that names no indexer
@@ -255,7 +275,8 @@ class _Memo:
     task, queue and attempts once. ``run_at``: calls with the same delay
     get the same ``run_at``, checked and rounded once. ``plain_rows``:
     whether rows may be built without ``Model.__init__`` (see ``new_row``).
-    ``max_payload_bytes``: the setting, read once.
+    ``max_payload_bytes``: the setting, read once. ``schedule_hooks``: the
+    middleware's, looked up once.
     """
 
     now: datetime.datetime
@@ -264,6 +285,9 @@ class _Memo:
     plain_rows: bool = field(default_factory=plain_rows)
     max_payload_bytes: int = field(
         default_factory=lambda: get_settings().max_payload_bytes
+    )
+    schedule_hooks: tuple[tuple[str, ScheduleHook], ...] = field(
+        default_factory=lambda: get_middleware().schedule_hooks
     )
 
 
@@ -315,6 +339,12 @@ def _prepare(
     if target.limited:
         # A limit_by that cannot find this call's key is refused now.
         limit_key(target.task, args, kwargs)
+    # Last: the middleware's hooks see only calls that are otherwise fine.
+    meta = _meta(
+        call.meta,
+        target.task,
+        get_middleware().schedule_hooks if memo is None else memo.schedule_hooks,
+    )
     task_id = uuid7()
     return new_row(
         {
@@ -340,9 +370,45 @@ def _prepare(
             "result": None,
             "last_error": "",
             "last_traceback": "",
+            # None, not {}: NULL is "no metadata", as in rows written before
+            # the column existed.
+            "meta": meta or None,
         },
         plain=None if memo is None else memo.plain_rows,
     )
+
+
+def _meta(
+    given: Any,
+    task: registry.Task[Any, Any],
+    hooks: tuple[tuple[str, ScheduleHook], ...],
+) -> dict[str, Any]:
+    """A call's metadata: the task's, under the call's ``meta=`` (checked),
+    then as each middleware's ``on_schedule()`` returns it."""
+    meta = check_meta(given)
+    if task.meta:
+        # Checked again as a whole: for its size, and for the order of its
+        # keys, as the database gives them back.
+        meta = check_meta({**task.meta, **meta})
+    for path, hook in hooks:
+        # A dict of its own (check_meta() and the merge build new ones): the
+        # hook may change it without touching the caller's or the task's.
+        returned = hook(task, meta)
+        where = f'{path}.on_schedule() (DELAYQ["MIDDLEWARE"])'
+        if not isinstance(returned, Mapping):
+            raise unsupported(
+                returned,
+                f"{where} returned {type(returned).__name__}, not the task's "
+                f"metadata; return a dict (the one it was given, changed or "
+                f"not).",
+            )
+        try:
+            meta = check_meta(returned)
+        except InvalidPayload as exc:
+            raise type(exc)(
+                f"{where} returned metadata that cannot be stored: {exc}"
+            ) from None
+    return meta
 
 
 def _cached_target(call: Call, targets: dict[tuple[Any, ...], _Target]) -> _Target:
@@ -458,6 +524,7 @@ async def aschedule(
     replace: bool = False,
     max_attempts: int | None = None,
     priority: int | None = None,
+    meta: Mapping[str, Any] | None = None,
     using: str | None = None,
 ) -> DelayedTask:
     """:func:`~django_delayq.schedule`, from async code; the same arguments,
@@ -473,6 +540,7 @@ async def aschedule(
         replace=replace,
         max_attempts=max_attempts,
         priority=priority,
+        meta=meta,
         using=using,
     )
 

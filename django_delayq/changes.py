@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, transaction
@@ -21,6 +23,7 @@ from .exceptions import DuplicateTask, InvalidArgument, InvalidTaskState, TaskNo
 from .lookups import Lookup, current, matching, parse_lookup, write_alias, written
 from .models import ACTIVE_STATUSES, DelayedTask, OutboxEntry, Status
 from .outbox import index_after_commit, unindex_after_commit
+from .payload import check_meta
 from .timing import resolve_run_at
 
 
@@ -66,9 +69,15 @@ def reschedule(
     key: str | None = None,
     delay: float | datetime.timedelta | None = None,
     eta: datetime.datetime | None = None,
+    meta: Mapping[str, Any] | None = None,
     using: str | None = None,
 ) -> DelayedTask:
     """Move a scheduled task to a new time (``delay``, ``eta``, or now).
+
+    The task keeps its metadata unless ``meta`` is given, which replaces it
+    as given (checked as :func:`~django_delayq.schedule` checks it; the
+    task's ``@task(meta=...)`` and the middleware's ``on_schedule()`` are
+    not applied again); ``meta={}`` removes it.
 
     :raises TaskNotFound: no task has this id, or no scheduled or running
         task holds this key.
@@ -76,12 +85,13 @@ def reschedule(
     :returns: the updated row.
     """
     run_at = resolve_run_at(delay, eta)
+    new_meta = None if meta is None else check_meta(meta)
     lookup = parse_lookup(task_or_id, key)
     db = write_alias(using)
     raise_state = ""
     with transaction.atomic(using=db, savepoint=False):
         # Write first (see cancel()), then read what was written.
-        if transitions.move(matching(lookup, db), run_at):
+        if transitions.move(matching(lookup, db), run_at, new_meta):
             row: DelayedTask | None = written(
                 lookup, db, status=Status.SCHEDULED, run_at=run_at
             )
@@ -108,6 +118,8 @@ def reschedule(
         )
     if isinstance(task_or_id, DelayedTask):
         task_or_id.run_at = run_at
+        if new_meta is not None:
+            task_or_id.meta = new_meta or None
     return row
 
 
@@ -240,11 +252,12 @@ async def areschedule(
     key: str | None = None,
     delay: float | datetime.timedelta | None = None,
     eta: datetime.datetime | None = None,
+    meta: Mapping[str, Any] | None = None,
     using: str | None = None,
 ) -> DelayedTask:
     """:func:`~django_delayq.reschedule`, from async code."""
     return await sync_to_async(reschedule, thread_sensitive=True)(
-        task_or_id, key=key, delay=delay, eta=eta, using=using
+        task_or_id, key=key, delay=delay, eta=eta, meta=meta, using=using
     )
 
 

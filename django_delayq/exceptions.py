@@ -44,7 +44,7 @@ class InvalidSchedule(DelayQueueException, ValueError):
 
 
 class InvalidPayload(DelayQueueException, ValueError):
-    """``args`` / ``kwargs`` cannot be stored as JSON."""
+    """``args`` / ``kwargs`` (or ``meta``) cannot be stored as JSON."""
 
 
 class UnsupportedPayloadType(InvalidPayload, TypeError):
@@ -59,7 +59,8 @@ class UnsupportedPayloadType(InvalidPayload, TypeError):
 
 
 class PayloadTooLarge(InvalidPayload):
-    """The encoded ``args`` and ``kwargs`` exceed ``MAX_PAYLOAD_BYTES``."""
+    """The encoded ``args`` and ``kwargs`` exceed ``MAX_PAYLOAD_BYTES``, or a
+    task's ``meta`` exceeds the metadata limit (4 KiB)."""
 
 
 class ResultTooLarge(InvalidPayload):

@@ -166,6 +166,18 @@ class DelayedTask(models.Model):
             "oldest first."
         ),
     )
+    # NULL for "no metadata", which is what a row written by an earlier
+    # version (which does not know the column) holds during a deploy too;
+    # the run context and the admin show it as {}.
+    meta = models.JSONField(
+        _("metadata"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "What the caller and the middleware attached to the task (a tenant, "
+            "a request id), for the middleware of its runs; not arguments."
+        ),
+    )
     created_at = models.DateTimeField(_("created at"), default=timezone.now)
     started_at = models.DateTimeField(_("started at"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypedDict
 
 from .conf.limits import concurrency_problem, limit_by_problem, rate_problem
 from .conf.schema import MAX_TIME_LIMIT
-from .exceptions import InvalidArgument, InvalidTaskDefinition
+from .exceptions import InvalidArgument, InvalidPayload, InvalidTaskDefinition
+from .payload import check_meta
 from .text import check_text
 
 
@@ -37,6 +38,7 @@ class ScheduleOptions(TypedDict, total=False):
     replace: bool
     max_attempts: int | None
     priority: int | None
+    meta: Mapping[str, Any] | None
     using: str | None
 
 
@@ -92,9 +94,11 @@ class TaskOptions:
     concurrency_limit: int | None = None
     rate_limit: str | None = None
     limit_by: str | Callable[..., Any] | None = None
+    meta: Mapping[str, Any] | None = None
 
     def checked(self) -> TaskOptions:
-        """Return these options, the time limit as a float; raise
+        """Return these options, the time limit as a float and the metadata
+        as stored (None for none); raise
         :class:`~django_delayq.exceptions.InvalidTaskDefinition` naming the
         first bad one as ``@task(option=...)``."""
         for option in TASK_OPTIONS:
@@ -112,9 +116,11 @@ class TaskOptions:
                 "@task(limit_by=...) says what a limit is counted per, but the "
                 "task has no limit: add concurrency_limit=... or rate_limit=...."
             )
-        if self.time_limit is None:
-            return self
-        return dataclasses.replace(self, time_limit=float(self.time_limit))
+        return dataclasses.replace(
+            self,
+            time_limit=None if self.time_limit is None else float(self.time_limit),
+            meta=check_meta(self.meta) or None,
+        )
 
     def arguments(self) -> dict[str, Any]:
         """The options as keyword arguments of :class:`~django_delayq.registry.Task`."""
@@ -183,6 +189,14 @@ def _time_limit_problem(value: object, where: str) -> str | None:
     return None
 
 
+def _meta_problem(value: object, where: str) -> str | None:
+    try:
+        check_meta(value)
+    except InvalidPayload as exc:
+        return f"{where}: {exc}"
+    return None
+
+
 #: Each task option's check, in the order ``@task`` checks them.
 _CHECKS: dict[str, Callable[[object, str], str | None]] = {
     "name": _name_problem,
@@ -194,6 +208,7 @@ _CHECKS: dict[str, Callable[[object, str], str | None]] = {
     "concurrency_limit": concurrency_problem,
     "rate_limit": rate_problem,
     "limit_by": limit_by_problem,
+    "meta": _meta_problem,
 }
 
 #: The names of the task options, in the order they are checked.

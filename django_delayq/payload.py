@@ -1,4 +1,4 @@
-"""Validation and encoding of task arguments (and return values).
+"""Validation and encoding of task arguments (and metadata, and return values).
 
 Arguments are stored as JSON, never pickled. The value is walked here
 instead of trusting ``json.dumps``: it would silently turn tuple keys into
@@ -62,7 +62,10 @@ def check_payload(
             f"{type(kwargs).__name__}.",
         )
     budget = _Budget(
-        max_bytes, "args and kwargs encode", "MAX_PAYLOAD_BYTES", _PAYLOAD_ADVICE
+        max_bytes,
+        "args and kwargs encode",
+        'the DELAYQ["MAX_PAYLOAD_BYTES"] limit',
+        _PAYLOAD_ADVICE,
     )
     for key in kwargs:
         if not isinstance(key, str):
@@ -89,8 +92,47 @@ def check_value(value: Any, where: str, *, max_bytes: int | None = None) -> Any:
     (:class:`ResultTooLarge` past ``max_bytes`` of JSON, for a return value)."""
     if max_bytes is None:
         return _check(value, where, 0, None)
-    budget = _Budget(max_bytes, f"{where} encodes", "MAX_RESULT_BYTES", _RESULT_ADVICE)
+    budget = _Budget(
+        max_bytes,
+        f"{where} encodes",
+        'the DELAYQ["MAX_RESULT_BYTES"] limit',
+        _RESULT_ADVICE,
+        ResultTooLarge,
+    )
     clean = _check(value, where, 0, budget)
+    budget.check(encoded_size(clean))
+    return clean
+
+
+#: The most a task's metadata may encode to, in bytes of JSON. Metadata
+#: names things (a tenant, a request id, a trace parent) and is read by
+#: every run's middleware: it is kept small, and data goes in arguments.
+MAX_META_BYTES = 4096
+
+
+def check_meta(meta: Any) -> dict[str, Any]:
+    """Validate a task's metadata (``meta=``); return it as a JSON-ready dict,
+    ``{}`` for None.
+
+    A dict with string keys and JSON values, as ``kwargs`` but with a fixed
+    limit of :data:`MAX_META_BYTES`: :class:`UnsupportedPayloadType` for a
+    type JSON cannot hold, :class:`InvalidPayload` for other bad values and
+    :class:`PayloadTooLarge` past the limit, each naming the place.
+    """
+    if meta is None:
+        return {}
+    if not isinstance(meta, Mapping):
+        raise unsupported(
+            meta,
+            f"meta= must be a dict of metadata (str keys, JSON values), not "
+            f"{type(meta).__name__}; for example meta={{'tenant': 'acme'}}.",
+        )
+    if not meta:
+        return {}
+    budget = _Budget(
+        MAX_META_BYTES, "meta= encodes", "the metadata limit", _META_ADVICE
+    )
+    clean: dict[str, Any] = _check(meta, "meta", 0, budget)
     budget.check(encoded_size(clean))
     return clean
 
@@ -98,6 +140,10 @@ def check_value(value: Any, where: str, *, max_bytes: int | None = None) -> Any:
 _PAYLOAD_ADVICE = "Pass ids and load the data in the task, or raise the limit."
 _RESULT_ADVICE = (
     "Return an id or a summary and keep the data in your own table, or raise the limit."
+)
+_META_ADVICE = (
+    "Keep short ids and names in meta= (a tenant, a request id); pass data as "
+    "the task's arguments."
 )
 
 
@@ -109,11 +155,19 @@ class _Budget:
     too large without encoding it.
     """
 
-    __slots__ = ("advice", "left", "limit", "setting", "what")
+    __slots__ = ("advice", "error", "left", "limit", "limit_name", "what")
 
-    def __init__(self, limit: int, what: str, setting: str, advice: str) -> None:
+    def __init__(
+        self,
+        limit: int,
+        what: str,
+        limit_name: str,
+        advice: str,
+        error: type[InvalidPayload] = PayloadTooLarge,
+    ) -> None:
         self.limit, self.left = limit, limit
-        self.what, self.setting, self.advice = what, setting, advice
+        self.what, self.limit_name, self.advice = what, limit_name, advice
+        self.error = error
 
     def spend(self, size: int) -> None:
         self.left -= size
@@ -125,12 +179,9 @@ class _Budget:
             self._refuse(f"{size} bytes")
 
     def _refuse(self, size: str) -> None:
-        error = (
-            PayloadTooLarge if self.setting == "MAX_PAYLOAD_BYTES" else ResultTooLarge
-        )
-        raise error(
-            f"{self.what} to {size} of JSON, over the "
-            f'DELAYQ["{self.setting}"] limit of {self.limit}. {self.advice}'
+        raise self.error(
+            f"{self.what} to {size} of JSON, over {self.limit_name} of "
+            f"{self.limit}. {self.advice}"
         )
 
 

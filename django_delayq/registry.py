@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import inspect
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, Unpack, overload
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction
@@ -60,6 +60,7 @@ class Task(Generic[P, R]):
         concurrency_limit: int | None = None,
         rate_limit: str | None = None,
         limit_by: str | Callable[..., Any] | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> None:
         self.func = func
         self.name = name
@@ -71,6 +72,9 @@ class Task(Generic[P, R]):
         self.concurrency_limit = concurrency_limit
         self.rate_limit = rate_limit
         self.limit_by = limit_by
+        #: the metadata every call of the task gets, under the call's own
+        #: (checked by ``@task``: a dict of JSON, or None)
+        self.meta = meta
         #: the limits this task declares (see django_delayq.limits)
         self.limit_rule = Rule(concurrency_limit, parse_rate(rate_limit, "rate_limit"))
         #: the key its limits are counted per, from a call's arguments
@@ -280,6 +284,7 @@ def task(
     concurrency_limit: int | None = None,
     rate_limit: str | None = None,
     limit_by: str | Callable[..., Any] | None = None,
+    meta: Mapping[str, Any] | None = None,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
@@ -296,6 +301,7 @@ def task(
     concurrency_limit: int | None = None,
     rate_limit: str | None = None,
     limit_by: str | Callable[..., Any] | None = None,
+    meta: Mapping[str, Any] | None = None,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Register a function as a delayed task, as ``@task`` or ``@task(...)``.
 
@@ -327,6 +333,10 @@ def task(
     :param limit_by: count the limits per value of this parameter of the
         function, or per value a function of the task's arguments returns
         (a str): ``limit_by="order_id"``, ``limit_by=lambda sender, text: sender``.
+    :param meta: metadata every call of the task is scheduled with (a dict
+        with str keys and JSON values, at most 4 KiB of JSON); a call's
+        ``meta=`` is merged over it, its keys winning (see
+        docs/guide/scheduling.md).
     """
 
     def decorate(fn: Callable[P, R]) -> Task[P, R]:
@@ -341,6 +351,7 @@ def task(
             concurrency_limit=concurrency_limit,
             rate_limit=rate_limit,
             limit_by=limit_by,
+            meta=meta,
         )
         register(registered)
         return registered

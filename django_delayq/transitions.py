@@ -349,9 +349,16 @@ def cancel(rows: QuerySet[DelayedTask], now: datetime.datetime) -> int:
     )
 
 
-def move(rows: QuerySet[DelayedTask], run_at: datetime.datetime) -> int:
-    """A new ``run_at`` for the matching scheduled rows; how many changed."""
-    return rows.filter(status=Status.SCHEDULED).update(run_at=run_at)
+def move(
+    rows: QuerySet[DelayedTask],
+    run_at: datetime.datetime,
+    meta: dict[str, Any] | None = None,
+) -> int:
+    """A new ``run_at`` for the matching scheduled rows, and new metadata if
+    ``meta`` is given (``{}`` clears it); how many changed."""
+    if meta is None:
+        return rows.filter(status=Status.SCHEDULED).update(run_at=run_at)
+    return rows.filter(status=Status.SCHEDULED).update(run_at=run_at, meta=meta or None)
 
 
 def restart(rows: QuerySet[DelayedTask], run_at: datetime.datetime) -> int:

@@ -40,7 +40,7 @@ from .task_actions import ACTIONS, CANCEL, RETRY, RUN_NOW, TaskAction
 
 #: Columns the list never shows: not loading them keeps a page of 100 rows
 #: small whatever the payloads weigh.
-_HEAVY_FIELDS = ("args", "kwargs", "result", "last_traceback", "worker_ids")
+_HEAVY_FIELDS = ("args", "kwargs", "meta", "result", "last_traceback", "worker_ids")
 
 
 #: The last part of each action's URL name (and its permission's verb).
@@ -102,7 +102,7 @@ class DelayedTaskAdmin(ReadOnlyAdmin):
             },
         ),
         (_("Timeline"), {"fields": ("timeline",)}),
-        (_("Arguments"), {"fields": ("args_json", "kwargs_json")}),
+        (_("Arguments"), {"fields": ("args_json", "kwargs_json", "meta_json")}),
         (
             _("Outcome"),
             {"fields": ("result_json", "error", "traceback")},
@@ -179,6 +179,11 @@ class DelayedTaskAdmin(ReadOnlyAdmin):
     @admin.display(description=_("keyword arguments"))
     def kwargs_json(self, task: DelayedTask) -> SafeString:
         return display.pretty_json(task.kwargs)
+
+    @admin.display(description=_("metadata"))
+    def meta_json(self, task: DelayedTask) -> SafeString:
+        # NULL is "no metadata", shown as what the task's runs see: {}.
+        return display.pretty_json(task.meta or {})
 
     @admin.display(description=_("return value"))
     def result_json(self, task: DelayedTask) -> SafeString | str:

@@ -14,6 +14,7 @@ from django.core.checks import CheckMessage, Error, Warning
 
 from .. import conf, registry
 from ..conf import check_ids
+from ..conf.middleware import load
 from ..exceptions import (
     InvalidConfiguration,
     InvalidTaskDefinition,
@@ -222,9 +223,8 @@ def check_periodic(**kwargs: Any) -> list[CheckMessage]:
 
 def check_middleware(**kwargs: Any) -> list[CheckMessage]:
     """Report ``DELAYQ["MIDDLEWARE"]`` entries that cannot be imported or
-    built (``delayq.E021``): every run would fail."""
-    from ..worker.attempts import load
-
+    built (``delayq.E021``): every run, and every ``schedule()``, would
+    fail."""
     try:
         settings = conf.parse(conf.raw_settings())
     except InvalidConfiguration:

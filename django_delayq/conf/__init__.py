@@ -4,7 +4,9 @@ it, and how it reaches Redis.
 Import what you need from here: :func:`get_settings` and the typed values it
 returns. The modules below it import in one direction: ``schema`` imports
 nothing of ours, ``redis_settings`` and ``problems`` validate against it,
-``settings`` parses and caches.
+``settings`` parses and caches. ``limits`` and ``middleware`` build what
+the settings name (a task's limits, ``MIDDLEWARE``'s classes) and are
+imported on their own.
 """
 
 from __future__ import annotations

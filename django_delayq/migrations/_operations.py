@@ -10,6 +10,24 @@ from django.db.models import NOT_PROVIDED
 LOCK_TIMEOUT = "10s"
 
 
+class AddFieldWithLockTimeout(migrations.AddField):
+    """``AddField``, which on PostgreSQL waits at most :data:`LOCK_TIMEOUT`
+    for the table's lock.
+
+    Adding a column changes the catalog only, but takes the table's
+    exclusive lock: behind a long transaction on the table (a worker's group
+    of long tasks), it would wait, and every ``schedule()`` with it. It fails
+    with "lock timeout" instead, and ``migrate`` can be run again.
+    """
+
+    def database_forwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        if schema_editor.connection.vendor == "postgresql":
+            schema_editor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+        super().database_forwards(app_label, schema_editor, from_state, to_state)
+
+
 class SetDatabaseDefault(migrations.operations.base.Operation):
     """Give a column the database default its field declares, whatever the
     database has now (the migration state cannot tell: it already has it)."""

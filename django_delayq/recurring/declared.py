@@ -170,13 +170,15 @@ def periodic(
     concurrency_limit: int | None = None,
     rate_limit: str | None = None,
     limit_by: str | Callable[..., Any] | None = None,
+    meta: Mapping[str, Any] | None = None,
 ) -> Callable[[Callable[P, R]], PeriodicTask[P, R]]:
     """Run a function on a schedule: at the times of a ``cron`` expression,
     or ``every`` so often.
 
     The function becomes a task too (``@task`` options: ``name``,
     ``queue``, ``max_attempts``, ``priority``, ``time_limit``, ``atomic``,
-    ``concurrency_limit``, ``rate_limit``, ``limit_by``),
+    ``concurrency_limit``, ``rate_limit``, ``limit_by``, ``meta``: each tick
+    is scheduled with that metadata),
     which can be scheduled by hand like any other. Each tick is a task row
     with the dedupe key ``periodic:<name>@<time>``, so it runs once however
     many processes keep the schedule.
@@ -214,6 +216,7 @@ def periodic(
             concurrency_limit=concurrency_limit,
             rate_limit=rate_limit,
             limit_by=limit_by,
+            meta=meta,
             cls=PeriodicTask,
         )
         assert isinstance(built, PeriodicTask)

@@ -27,6 +27,7 @@ def scheduled(
     queue: str | None = None,
     priority: int | None = None,
     eta: Eta | None = None,
+    meta: dict[str, Any] | None = None,
 ) -> list[DelayedTask]:
     """The scheduled tasks (status ``scheduled``, not yet run), in due order,
     that match every filter given.
@@ -41,6 +42,9 @@ def scheduled(
     :param eta: the due time: an aware ``datetime`` (to the millisecond, as
         ``run_at`` is stored), or a window ``(earliest, latest)``, ends
         included, either end None for open.
+    :param meta: items of the task's metadata: a task matches if its
+        metadata has each of them (and maybe more, such as what a
+        middleware's ``on_schedule()`` added).
     """
     rows = _filtered(
         DelayedTask.objects.using(write_db()).filter(status=Status.SCHEDULED),
@@ -56,6 +60,13 @@ def scheduled(
         found = [row for row in found if list(row.args) == wanted]
     if kwargs is not None:
         found = [row for row in found if dict(row.kwargs) == dict(kwargs)]
+    if meta is not None:
+        items = dict(meta).items()
+        found = [
+            row
+            for row in found
+            if all((row.meta or {}).get(k, _UNSET) == v for k, v in items)
+        ]
     return found
 
 
@@ -68,6 +79,7 @@ def assert_scheduled(
     queue: str | None = None,
     priority: int | None = None,
     eta: Eta | None = None,
+    meta: dict[str, Any] | None = None,
     count: int | None = None,
 ) -> list[DelayedTask]:
     """Fail unless a scheduled task matches the filters (of
@@ -76,10 +88,17 @@ def assert_scheduled(
     The failure message lists what *is* scheduled. Returns the matches.
     """
     found = scheduled(
-        task, args=args, kwargs=kwargs, key=key, queue=queue, priority=priority, eta=eta
+        task,
+        args=args,
+        kwargs=kwargs,
+        key=key,
+        queue=queue,
+        priority=priority,
+        eta=eta,
+        meta=meta,
     )
     if (count is None and not found) or (count is not None and len(found) != count):
-        wanted = _describe_filters(task, args, kwargs, key, queue, priority, eta)
+        wanted = _describe_filters(task, args, kwargs, key, queue, priority, eta, meta)
         expected = "a scheduled task" if count is None else f"{count} scheduled task(s)"
         raise AssertionError(
             f"Expected {expected} with {wanted}; found {len(found)}.\n"
@@ -97,14 +116,22 @@ def assert_not_scheduled(
     queue: str | None = None,
     priority: int | None = None,
     eta: Eta | None = None,
+    meta: dict[str, Any] | None = None,
 ) -> None:
     """Fail if a scheduled task matches the filters (of :func:`scheduled`);
     the failure message lists what is scheduled."""
     found = scheduled(
-        task, args=args, kwargs=kwargs, key=key, queue=queue, priority=priority, eta=eta
+        task,
+        args=args,
+        kwargs=kwargs,
+        key=key,
+        queue=queue,
+        priority=priority,
+        eta=eta,
+        meta=meta,
     )
     if found:
-        wanted = _describe_filters(task, args, kwargs, key, queue, priority, eta)
+        wanted = _describe_filters(task, args, kwargs, key, queue, priority, eta, meta)
         raise AssertionError(
             f"Expected no scheduled task with {wanted}; found {len(found)}.\n"
             f"{_everything_scheduled()}"
@@ -164,6 +191,7 @@ def _describe_filters(
     queue: str | None,
     priority: int | None,
     eta: Eta | None,
+    meta: dict[str, Any] | None,
 ) -> str:
     given = {
         "task": None if task is None else _name_of(task),
@@ -173,6 +201,7 @@ def _describe_filters(
         "queue": queue,
         "priority": priority,
         "eta": eta,
+        "meta": meta,
     }
     parts = [f"{name}={value!r}" for name, value in given.items() if value is not None]
     return ", ".join(parts) if parts else "no filter"
@@ -192,5 +221,6 @@ def _everything_scheduled() -> str:
             f"  {row.name}(args={row.args!r}, kwargs={row.kwargs!r}) "
             f"key={row.key!r} queue={row.queue!r} priority={row.priority} "
             f"eta={row.run_at.isoformat()}"
+            + (f" meta={row.meta!r}" if row.meta else "")
         )
     return "\n".join(lines)

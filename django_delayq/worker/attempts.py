@@ -3,13 +3,13 @@
 
 The function is called through ``DELAYQ["MIDDLEWARE"]`` (:func:`run_attempt`),
 code of the project's around every run, written as Django's middleware
-are: a class built once per process with the next step of the chain,
-called for each run with a :class:`TaskRun`, returning what the next step
-returns. The first entry of the setting is the outermost. The chain runs
-where the function runs, inside the attempt's transaction (for an
-``atomic`` task) and under its time limit; what a middleware raises, or
-lets through from the function, is the attempt's outcome: it fails that
-run, never the worker.
+are: a class built once per process with the next step of the chain (by
+:mod:`django_delayq.conf.middleware`), called for each run with a
+:class:`TaskRun`, returning what the next step returns. The first entry of
+the setting is the outermost. The chain runs where the function runs,
+inside the attempt's transaction (for an ``atomic`` task) and under its
+time limit; what a middleware raises, or lets through from the function,
+is the attempt's outcome: it fails that run, never the worker.
 
 Which rows a function must not be called for (:func:`refusal`), what a
 function may raise that fails only its attempt (:data:`FAILURES`), its time
@@ -22,19 +22,17 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import threading
 import traceback
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
-
-from django.utils.module_loading import import_string
 
 from .. import registry
 from ..conf import get_settings
+from ..conf.middleware import get_middleware, innermost
 from ..exceptions import (
-    InvalidConfiguration,
     InvalidPayload,
     TaskRefused,
     TimeLimitExceeded,
@@ -131,7 +129,7 @@ def log_fenced(row: DelayedTask) -> None:
 
 @dataclass(frozen=True)
 class TaskRun:
-    """One run of a task, as middleware sees it."""
+    """One run of a task, as middleware and :func:`current_run` see it."""
 
     #: the task's id (its row's primary key)
     id: uuid.UUID
@@ -143,6 +141,9 @@ class TaskRun:
     max_attempts: int
     args: Sequence[Any]
     kwargs: dict[str, Any]
+    #: the task's metadata (``schedule(..., meta=...)``), read-only; empty
+    #: when it has none
+    meta: Mapping[str, Any]
     #: the registered task (its options: ``task.time_limit``, ...)
     task: registry.Task[Any, Any]
     _call: Callable[[], Any] = field(repr=False, compare=False)
@@ -152,70 +153,18 @@ class TaskRun:
 Handler = Callable[[TaskRun], Any]
 
 
-def _innermost(run: TaskRun) -> Any:
-    return run._call()
-
-
-_lock = threading.Lock()
-#: (the setting's paths, the chain built from them)
-_built: tuple[tuple[str, ...], Handler] = ((), _innermost)
-
-
-def load(paths: Sequence[str]) -> Handler:
-    """The chain of the middleware at ``paths``, outermost first; raise
-    :class:`~django_delayq.exceptions.InvalidConfiguration` naming an entry
-    that cannot be imported or built."""
-    handler: Handler = _innermost
-    for path in reversed(paths):
-        where = f'DELAYQ["MIDDLEWARE"] entry {path!r}'
-        try:
-            factory = import_string(path)
-        except ImportError as exc:
-            raise InvalidConfiguration(
-                f"{where} cannot be imported ({exc}); give the dotted path of "
-                f"a middleware class, such as 'shop.tasks.TenantMiddleware'."
-            ) from None
-        try:
-            handler = factory(handler)
-        except Exception as exc:
-            raise InvalidConfiguration(
-                f"{where} could not be built with the next step of the chain "
-                f"({type(exc).__name__}: {exc}); its __init__ takes one argument, "
-                f"as a Django middleware's does."
-            ) from None
-        if not callable(handler):
-            raise InvalidConfiguration(
-                f"{where} built an object that cannot be called; give it a "
-                f"__call__(self, run) method."
-            )
-    return handler
-
-
-def chain() -> Handler:
-    """This process's chain, built again when the setting changes."""
-    global _built
-    paths = get_settings().middleware
-    built = _built
-    if built[0] != paths:
-        with _lock:
-            if _built[0] != paths:
-                _built = (paths, load(paths))
-            built = _built
-    return built[1]
-
-
 def run_attempt(
     registered: registry.Task[Any, Any], row: DelayedTask, limit: float | None
 ) -> Any:
     """Call ``registered``'s function for an attempt of ``row`` through the
     middleware (without any, the function alone), with :func:`current_run`
     saying which run it is meanwhile."""
-    handler = chain()
+    handler = get_middleware().handler
     # What makes the run, not the run: most projects have no middleware,
     # and a line logged during the run builds it only if it asks.
     token = _current.set((registered, row, limit))
     try:
-        if handler is _innermost:
+        if handler is innermost:
             return registered.run_attempt(row, limit)
         return handler(_run_of(registered, row, limit))
     finally:
@@ -233,10 +182,14 @@ def _run_of(
         max_attempts=row.max_attempts,
         args=row.args,
         kwargs=row.kwargs,
+        meta=_NO_META if not row.meta else MappingProxyType(row.meta),
         task=registered,
         _call=lambda: registered.run_attempt(row, limit),
     )
 
+
+#: The metadata of a task that has none.
+_NO_META: Mapping[str, Any] = MappingProxyType({})
 
 #: What makes the run under way in this thread (a worker thread runs one at
 #: a time): the task, its row and its time limit.

@@ -235,6 +235,21 @@ def test_the_task_page_shows_arguments_as_indented_escaped_json(
     )
 
 
+def test_the_task_page_shows_the_metadata_as_escaped_json_and_none_as_empty(
+    admin_client, redis_client
+):
+    task = schedule(add, args=[1, 2], delay=60, meta={"tenant": "<b>acme</b>", "n": 1})
+    body = admin_client.get(change_url(task)).content.decode()
+    assert "<b>acme</b>" not in body
+    assert (
+        '<pre class="delayq-pre">{\n  &quot;n&quot;: 1,\n  &quot;tenant&quot;: '
+        "&quot;&lt;b&gt;acme&lt;/b&gt;&quot;\n}</pre>" in body
+    )
+    assert "Metadata" in text(admin_client.get(change_url(task)))
+    plain = schedule(add, args=[1, 2], delay=60)
+    assert "Metadata: {}" in text(admin_client.get(change_url(plain)))
+
+
 def test_the_task_page_shows_the_timeline_error_and_traceback(
     admin_client, redis_client
 ):

@@ -33,7 +33,13 @@ from tests.support.helpers import (
     indexed_score,
     refresh,
 )
-from tests.testapp.tasks import add, always_fails, order_cancel, send_reminder
+from tests.testapp.tasks import (
+    add,
+    always_fails,
+    order_cancel,
+    reads_meta,
+    send_reminder,
+)
 from tests.testapp.views import ViewFailed
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -272,3 +278,62 @@ def test_a_tasks_framework_task_enqueues_from_an_async_view(redis_client):
     assert indexed_score(redis_client, row) == expected_score(row)
     drain()
     assert refresh(row).result == 42
+
+
+def test_the_async_api_takes_metadata_as_the_sync_api_does(redis_client):
+    one = post(
+        "/async/schedule/",
+        {"task": order_cancel.name, "args": [7], "delay": 900, "meta": {"t": "a"}},
+    )
+    many = post(
+        "/async/schedule-many/",
+        {"calls": [{"task": add.name, "args": [1, 2], "meta": {"t": "b"}}]},
+    )
+    assert refresh_meta(one["id"]) == {"t": "a"}
+    assert refresh_meta(many["ids"][0]) == {"t": "b"}
+    post("/async/reschedule/", {"id": one["id"], "delay": 60, "meta": {"t": "c"}})
+    assert refresh_meta(one["id"]) == {"t": "c"}
+    with pytest.raises(InvalidPayload, match=r"meta\['t'\] is a"):
+        async_to_sync(aschedule)(add, args=[1, 2], meta={"t": datetime.date.today()})
+    assert DelayedTask.objects.count() == 2
+
+
+def refresh_meta(task_id: str) -> Any:
+    return DelayedTask.objects.get(pk=task_id).meta
+
+
+def test_a_request_id_goes_from_an_async_view_to_the_task_and_its_run(
+    redis_client, settings
+):
+    """The recipe of the execution guide: a Django middleware sets the
+    request id, the delayq middleware's on_schedule() copies it into the
+    task's metadata, and its __call__ puts it back around each run."""
+    settings.MIDDLEWARE = [
+        *settings.MIDDLEWARE,
+        "tests.testapp.middleware.RequestIdFromHeader",
+    ]
+    settings.DELAYQ = {
+        **settings.DELAYQ,
+        "MIDDLEWARE": ["tests.testapp.middleware.RequestId"],
+    }
+    response = async_to_sync(AsyncClient().post)(
+        "/async/schedule/",
+        json.dumps({"task": reads_meta.name, "args": ["from-a-view"]}),
+        content_type="application/json",
+        headers={"X-Request-ID": "req-7"},
+    )
+    task_id = response.json()["id"]
+    assert refresh_meta(task_id) == {
+        "team": "billing",
+        "tenant": "default",
+        "request_id": "req-7",
+    }
+    drain()
+    row = DelayedTask.objects.get(pk=task_id)
+    assert row.status == Status.SUCCEEDED
+    assert row.result["request_id"] == "req-7"
+    # Outside a request, nothing is added.
+    assert schedule(reads_meta, args=["no-request"]).meta == {
+        "team": "billing",
+        "tenant": "default",
+    }

@@ -86,6 +86,25 @@ NAIVE = datetime.datetime(2030, 1, 1, 12, 0)
             InvalidSchedule,
             "0001-01-01T00:00:00[+]00:00 is before 2000-01-01",
         ),
+        # Metadata: a dict of JSON with str keys, at most 4 KiB of it.
+        (
+            {"meta": ["acme"]},
+            UnsupportedPayloadType,
+            r"meta= must be a dict of metadata \(str keys, JSON values\), not list",
+        ),
+        ({"meta": "acme"}, UnsupportedPayloadType, "meta= must be a dict"),
+        ({"meta": {1: "acme"}}, UnsupportedPayloadType, "meta has the key 1 .int."),
+        ({"meta": {"at": NAIVE}}, UnsupportedPayloadType, r"meta\['at'\] is a date"),
+        ({"meta": {"ids": {1, 2}}}, UnsupportedPayloadType, r"meta\['ids'\] is a set"),
+        ({"meta": {"x": math.nan}}, InvalidPayload, r"meta\['x'\] is nan"),
+        ({"meta": {"x": "a\x00"}}, InvalidPayload, r"meta\['x'\] contains a NUL"),
+        (
+            {"meta": {"blob": "x" * 4086}},
+            PayloadTooLarge,
+            r"^meta= encodes to 4097 bytes of JSON, over the metadata limit of "
+            r"4096\. Keep short ids and names in meta=",
+        ),
+        ({"meta": {"blob": "x" * 9000}}, PayloadTooLarge, "more than 4096 bytes"),
     ],
 )
 def test_bad_input_raises_and_writes_nothing(redis_client, kwargs, error, message):
@@ -141,6 +160,20 @@ def test_manual_transaction_management_is_refused_before_writing(redis_client):
     assert not DelayedTask.objects.exists()
 
 
+def test_metadata_of_up_to_4_kib_of_json_is_accepted(redis_client):
+    """``{"blob":"x...x"}``: 11 bytes around the text."""
+    task = schedule(add, args=[1, 2], meta={"blob": "x" * 4085})
+    assert len(DelayedTask.objects.get(pk=task.pk).meta["blob"]) == 4085
+
+
+def test_bad_metadata_in_a_batch_fails_it_before_writing(redis_client):
+    calls = [Call(add, args=[1, 1], meta={"ok": 1}), Call(add, args=[1, 1], meta=[1])]
+    with pytest.raises(UnsupportedPayloadType, match="meta= must be a dict"):
+        schedule_many(calls)
+    assert not DelayedTask.objects.exists()
+    assert due_members(redis_client) == {}
+
+
 def test_payload_errors_are_also_value_errors_and_schedule_errors_too():
     with pytest.raises(ValueError, match="is a set"):
         schedule(add, args=[{1}])
@@ -158,6 +191,7 @@ def test_payload_errors_are_also_value_errors_and_schedule_errors_too():
         {"key": "order-\x00"},
         {"queue": ["orders"]},
         {"delay": 10**400},
+        {"meta": {"tenant": {"acme"}}},
     ],
 )
 def test_the_callers_transaction_stays_usable_after_bad_input(redis_client, bad):

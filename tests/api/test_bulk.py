@@ -9,7 +9,7 @@ from django_delayq import Call, schedule, schedule_many
 from django_delayq.exceptions import DuplicateTask, InvalidPayload
 from django_delayq.models import DelayedTask
 from tests.support.helpers import due_members, expected_score
-from tests.testapp.tasks import add, order_cancel, takes_anything
+from tests.testapp.tasks import add, order_cancel, reads_meta, takes_anything
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -57,6 +57,16 @@ def test_a_key_already_held_fails_the_batch_and_keeps_the_holder(redis_client):
     assert set(due_members(redis_client)) == {holder.pk}
 
 
+def test_each_call_of_a_batch_has_its_own_metadata(redis_client):
+    tasks = schedule_many(
+        [Call(order_cancel, args=[i], delay=60, meta={"order": i}) for i in range(50)]
+        + [Call(reads_meta, args=["k"], meta={"tenant": "acme"})]
+    )
+    stored = dict(DelayedTask.objects.values_list("pk", "meta"))
+    assert [stored[task.pk] for task in tasks[:50]] == [{"order": i} for i in range(50)]
+    assert stored[tasks[50].pk] == {"team": "billing", "tenant": "acme"}
+
+
 def test_empty_batch_and_wrong_items():
     assert schedule_many([]) == []
     with pytest.raises(TypeError, match="Call objects"):
@@ -69,9 +79,17 @@ def test_bulk_rows_read_back_exactly_as_returned(redis_client):
         (['quote " back\\slash \t tab \n newline'], {}),
         ([], {"empty": [], "obj": {}}),
     ]
+    metas = [{"tenant": "ünï", "ids": [1, 2], "deep": {"a": None}}, None, {}]
     calls = [
-        Call(takes_anything, args=args, kwargs=kwargs, delay=30, key=f"read-back-{n}")
-        for n, (args, kwargs) in enumerate(payloads)
+        Call(
+            takes_anything,
+            args=args,
+            kwargs=kwargs,
+            delay=30,
+            key=f"read-back-{n}",
+            meta=meta,
+        )
+        for n, ((args, kwargs), meta) in enumerate(zip(payloads, metas, strict=True))
     ]
     tasks = schedule_many(calls)
     for task in tasks:
@@ -81,6 +99,9 @@ def test_bulk_rows_read_back_exactly_as_returned(redis_client):
                 field.name
             )
         assert not task._state.adding
+    # Through COPY on PostgreSQL, INSERT elsewhere: no metadata is NULL.
+    assert [task.meta for task in tasks] == [metas[0], None, None]
+    assert DelayedTask.objects.filter(meta__isnull=True).count() == 2
 
 
 def test_bulk_rows_go_through_init_when_someone_listens_to_post_init(redis_client):

@@ -133,3 +133,28 @@ def test_reschedule_validates_the_new_time_before_writing(redis_client):
     with pytest.raises(ValueError, match="cannot be negative"):
         reschedule(task, delay=-5)
     assert DelayedTask.objects.get(pk=task.pk).run_at == task.run_at
+
+
+def test_reschedule_keeps_the_metadata_unless_given_new(redis_client):
+    task = schedule(order_cancel, delay=900, args=[1], meta={"tenant": "acme"})
+    moved = reschedule(task, delay=60)
+    assert moved.meta == {"tenant": "acme"}
+    replaced = reschedule(task, delay=60, meta={"reason": "paid later"})
+    assert replaced.meta == task.meta == {"reason": "paid later"}
+    assert DelayedTask.objects.get(pk=task.pk).meta == {"reason": "paid later"}
+    # meta={} removes it: NULL, as a task scheduled without any.
+    cleared = reschedule(key=None, task_or_id=task.pk, delay=60, meta={})
+    assert cleared.meta is None
+    assert DelayedTask.objects.filter(pk=task.pk, meta__isnull=True).exists()
+
+
+def test_reschedule_checks_new_metadata_before_writing(redis_client):
+    task = schedule(order_cancel, delay=900, args=[1], meta={"tenant": "acme"})
+    with transaction.atomic():
+        with pytest.raises(ValueError, match=r"meta\['ids'\] is a set"):
+            reschedule(task, delay=5, meta={"ids": {1}})
+        other = schedule(add, delay=60, args=[2, 2])
+    row = DelayedTask.objects.get(pk=task.pk)
+    assert (row.run_at, row.meta) == (task.run_at, {"tenant": "acme"})
+    assert indexed_score(redis_client, row) == expected_score(task)
+    assert DelayedTask.objects.get(pk=other.pk).status == Status.SCHEDULED

@@ -9,7 +9,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from django_delayq import cancel, retry, schedule, signals
+from django_delayq import cancel, reschedule, retry, schedule, signals
 from django_delayq.exceptions import (
     DuplicateTask,
     InvalidArgument,
@@ -18,7 +18,7 @@ from django_delayq.exceptions import (
 )
 from django_delayq.models import DelayedTask, Status
 from tests.support.helpers import drain, expected_score, indexed_score, refresh
-from tests.testapp.tasks import add, always_fails, fails_once
+from tests.testapp.tasks import add, always_fails, fails_once, reads_meta
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -169,3 +169,22 @@ def test_the_callers_transaction_survives_a_refused_retry(redis_client):
         other = schedule(add, args=[3, 3], delay=60)
     assert refresh(other).status == Status.SCHEDULED
     assert refresh(task).status == Status.FAILED
+
+
+def test_a_task_keeps_its_metadata_through_its_retries(redis_client):
+    """A retry, automatic or by retry(), runs the same row: the run sees the
+    metadata the task was scheduled with."""
+    key = f"retried-{uuid.uuid4()}"
+    task = reads_meta.schedule(args=[key], kwargs={"fail_first": True})
+    drain()
+    row = refresh(task)
+    assert (row.status, row.attempts) == (Status.SCHEDULED, 1)
+    assert row.meta == {"team": "billing", "tenant": "default"}
+    reschedule(task, delay=0)  # the backoff, skipped
+    drain()
+    row = refresh(task)
+    assert (row.status, row.attempts) == (Status.SUCCEEDED, 2)
+    assert row.result["meta"] == {"team": "billing", "tenant": "default"}
+
+    failed = failed_task(meta={"tenant": "acme"})
+    assert retry(failed).meta == {"tenant": "acme"}

@@ -13,7 +13,7 @@ from django_delayq.models import DelayedTask, Status
 from django_delayq.store.keys import shard_keys
 from tests.support.helpers import due_members, expected_score, indexed_score
 from tests.testapp.models import Order
-from tests.testapp.tasks import add, order_cancel, send_reminder
+from tests.testapp.tasks import add, order_cancel, reads_meta, send_reminder
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -114,3 +114,33 @@ def test_a_new_earliest_task_wakes_the_shard_dispatcher(redis_client):
     assert redis_client.llen(wake) == 0
     schedule(add, delay=1, args=[1, 1])  # new head
     assert redis_client.lrange(wake, 0, -1) == [b"1"]
+
+
+def test_metadata_is_stored_with_the_row_in_the_callers_transaction(redis_client):
+    given = {"tenant": "acme", "request_id": "r-1", "trace": {"sampled": True}}
+    with transaction.atomic():
+        task = schedule(order_cancel, delay=900, args=[42], meta=given)
+        plain = schedule(order_cancel, delay=900, args=[43])
+        emptied = schedule(order_cancel, delay=900, args=[44], meta={})
+    assert DelayedTask.objects.get(pk=task.pk).meta == given == task.meta
+    # No metadata is NULL, as in the rows of earlier versions.
+    assert set(
+        DelayedTask.objects.filter(meta__isnull=True).values_list("pk", flat=True)
+    ) == {plain.pk, emptied.pk}
+    assert (plain.meta, emptied.meta) == (None, None)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        schedule(order_cancel, delay=900, args=[45], meta=given)
+        raise RuntimeError
+    assert DelayedTask.objects.count() == 3
+
+
+def test_a_tasks_metadata_is_merged_under_the_calls(redis_client):
+    given = {"tenant": "acme", "order": 42}
+    task = reads_meta.schedule(args=["k"], meta=given)
+    assert task.meta == {"team": "billing", "tenant": "acme", "order": 42}
+    assert DelayedTask.objects.get(pk=task.pk).meta == task.meta
+    # Neither the caller's dict nor the task's was changed.
+    assert given == {"tenant": "acme", "order": 42}
+    assert reads_meta.meta == {"team": "billing", "tenant": "default"}
+    by_name = schedule(reads_meta.name, args=["k"])
+    assert by_name.meta == {"team": "billing", "tenant": "default"}

@@ -40,6 +40,7 @@ from tests.testapp.celery_style import (
     call_gateway,
     fire_and_forget,
     naive_eta,
+    reads_headers,
     retries_beyond,
     retry_without_throw,
     send_reminder,
@@ -106,6 +107,18 @@ def test_apply_async_with_eta_and_a_task_queue() -> None:
     row = DelayedTask.objects.get(pk=result.id)
     assert (row.queue, row.priority) == ("orders", 5)
     assert abs((row.run_at - eta).total_seconds()) < 0.002
+
+
+def test_apply_async_headers_are_the_tasks_metadata_and_its_request_s() -> None:
+    with_headers = reads_headers.apply_async(headers={"tenant": "acme"}, countdown=0)
+    without = reads_headers.delay()
+    row = DelayedTask.objects.get(pk=with_headers.id)
+    assert row.meta == {"tenant": "acme"}
+    run_due()
+    assert with_headers.get(timeout=1) == {"tenant": "acme"}
+    assert without.get(timeout=1) is None  # as Celery's, without headers
+    with pytest.raises(ValueError, match=r"meta\['at'\] is a set"):
+        reads_headers.apply_async(headers={"at": {1}})
 
 
 def test_a_rolled_back_delay_never_runs() -> None:

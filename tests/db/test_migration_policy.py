@@ -11,15 +11,18 @@ on an existing table is built concurrently on PostgreSQL (a plain
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import pytest
 from django.contrib.postgres.operations import AddIndexConcurrently
-from django.db import migrations
+from django.core.management import call_command
+from django.db import connection, migrations
 from django.db.migrations.loader import MigrationLoader
 from django.db.models import NOT_PROVIDED, Field
 
 from django_delayq.migrations._operations import (
+    LOCK_TIMEOUT,
     EnforceActiveKeyOnMySQL,
     SetDatabaseDefault,
 )
@@ -156,4 +159,25 @@ def test_the_check_finds_what_breaks_the_previous_release(loader):
         "AddIndex delayq_queue",
         "AlterField last_error changes the column",
         "RunSQL is not one the policy knows",
+    ]
+
+
+@pytest.mark.django_db
+def test_the_metadata_column_waits_briefly_for_the_tables_lock(loader):
+    """On PostgreSQL its ALTER TABLE gives up after LOCK_TIMEOUT rather than
+    queue every schedule() behind a long transaction on the table."""
+    if connection.vendor != "postgresql":
+        pytest.skip("lock_timeout is PostgreSQL's")
+    [name] = [
+        name
+        for name in our_migrations(loader)
+        for op in loader.disk_migrations[(APP, name)].operations
+        if isinstance(op, migrations.AddField) and op.name == "meta"
+    ]
+    sql = io.StringIO()
+    call_command("sqlmigrate", APP, name, stdout=sql)
+    statements = [line for line in sql.getvalue().splitlines() if line[:1].isupper()]
+    assert statements[1:3] == [
+        f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}';",
+        'ALTER TABLE "django_delayq_delayedtask" ADD COLUMN "meta" jsonb NULL;',
     ]

@@ -88,6 +88,19 @@ def test_a_function_without_tick_gets_no_arguments(declare):
     assert rows[0].kwargs == {}
 
 
+def test_each_tick_carries_the_schedules_metadata(declare, settings):
+    settings.DELAYQ = {
+        **settings.DELAYQ,
+        "MIDDLEWARE": ["tests.testapp.middleware.TagA"],
+    }
+    declare(every=datetime.timedelta(seconds=1), meta={"job": "ticks"})
+    plan(now=T0)
+    # Merged with what the middleware's on_schedule() adds, as by hand.
+    assert {str(row.meta) for row in ticks()} == {
+        str({"job": "ticks", "tags": ["a:ticks"]})
+    }
+
+
 @pytest.mark.parametrize(
     ("policy", "expected"),
     [

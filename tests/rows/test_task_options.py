@@ -74,6 +74,9 @@ def noop() -> None:
         ("atomic", 1, r"@task\(atomic=\.\.\.\) must be True or False; got 1"),
         ("time_limit", 0, r"@task\(time_limit=\.\.\.\) must be a number of seconds"),
         ("time_limit", True, r"or None; got True"),
+        ("meta", ["team"], r"@task\(meta=\.\.\.\): meta= must be a dict"),
+        ("meta", {"at": {1}}, r"@task\(meta=\.\.\.\): meta\['at'\] is a set"),
+        ("meta", {"x": "y" * 5000}, r"over the metadata limit of 4096"),
     ],
 )
 def test_a_bad_option_is_refused_naming_it(option, value, message):
@@ -94,6 +97,14 @@ def test_the_same_check_names_another_place():
         f"{where} must be True or False; got 'yes'."
     )
     assert task_option_problem("max_attempts", None, where=where) is None
+
+
+def test_a_tasks_metadata_is_kept_as_stored():
+    built = build(noop, name="tests.noop", meta={"z": 1, "team": ("a", "b")})
+    # JSON as a row holds it: a tuple is a list.
+    assert built.meta == {"z": 1, "team": ["a", "b"]}
+    assert build(noop, name="tests.noop", meta={}).meta is None
+    assert build(noop, name="tests.noop").meta is None
 
 
 def test_checked_options_are_built_into_the_task():

@@ -98,3 +98,9 @@ def in_a_worker(self: Any, key: str) -> dict[str, Any]:
     if self.request.retries < 2:
         raise self.retry(countdown=0.2, exc=ConnectionError("gateway down"))
     return {"id": self.request.id, "retries": self.request.retries}
+
+
+@shared_task(bind=True)
+def reads_headers(self: Any) -> Any:
+    """Returns ``self.request.headers``: its ``apply_async(headers=...)``."""
+    return self.request.headers

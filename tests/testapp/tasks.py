@@ -412,3 +412,20 @@ def updates_in_order(first: int, second: int) -> None:
     Order.objects.filter(pk=first).update(status="first")
     holds_first_row.set()
     Order.objects.filter(pk=second).update(status="second")
+
+
+@task(max_attempts=3, meta={"team": "billing", "tenant": "default"})
+def reads_meta(key: str, fail_first: bool = False) -> dict[str, object]:
+    """Return what its run sees: the task's metadata, and the request id the
+    run's middleware put back (tests.testapp.middleware.RequestId). With
+    ``fail_first``, its first attempt for ``key`` (in this process) raises
+    instead."""
+    from django_delayq import current_run
+    from tests.testapp.middleware import request_id
+
+    run = current_run()
+    assert run is not None
+    _calls[key] = _calls.get(key, 0) + 1
+    if fail_first and _calls[key] == 1:
+        raise ValueError("first try fails")
+    return {"meta": dict(run.meta), "request_id": request_id.get()}

@@ -28,6 +28,7 @@ from django_delayq.testing import (
     test_mode,
 )
 from tests.testapp.models import Ledger, Order
+from tests.testapp.tasks import reads_meta
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(30)]
 
@@ -162,6 +163,26 @@ def test_a_failed_assertion_lists_what_was_scheduled():
     assert "args=[7]" in str(found.value)
     with pytest.raises(AssertionError, match="Expected 2 scheduled task"):
         assert_scheduled(order_cancel, count=2)
+
+
+@test_mode("manual")
+def test_assertions_match_items_of_the_metadata_and_run_due_passes_it_on():
+    row = reads_meta.schedule(args=["toolkit"], meta={"tenant": "acme"})
+    # The items asked for, whatever else the metadata holds (the task's).
+    assert_scheduled(reads_meta, meta={"tenant": "acme"})
+    assert_scheduled(meta={"tenant": "acme", "team": "billing"}, count=1)
+    assert_not_scheduled(meta={"tenant": "other"})
+    assert_not_scheduled(meta={"request_id": None})  # not there: no match
+    with pytest.raises(AssertionError) as failed:
+        assert_scheduled(meta={"tenant": "other"})
+    assert "meta={'tenant': 'other'}; found 0" in str(failed.value)
+    assert "meta={'team': 'billing', 'tenant': 'acme'}" in str(failed.value)
+    [ran] = run_due()
+    assert ran.task.pk == row.pk
+    assert ran.task.result == {
+        "meta": {"team": "billing", "tenant": "acme"},
+        "request_id": None,
+    }
 
 
 # -- run_due -------------------------------------------------------------------

@@ -77,6 +77,9 @@ class Request:
     #: the function was called directly, not run by a worker
     called_directly: bool = True
     is_eager: bool = False
+    #: ``apply_async(headers=...)``: the task's metadata; None without any,
+    #: as in Celery
+    headers: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, row: DelayedTask) -> Request:
@@ -88,6 +91,7 @@ class Request:
             retries=max(row.attempts - 1, 0),
             eta=row.run_at,
             called_directly=False,
+            headers=dict(row.meta) if row.meta else None,
         )
 
 

@@ -80,8 +80,9 @@ MAPPED_TASK_OPTIONS = frozenset(
 )
 
 #: ``apply_async()`` keyword arguments this module maps (with ``args`` and
-#: ``kwargs``); ``key`` is django-delayq's dedupe key.
-CALL_OPTIONS = frozenset({"countdown", "eta", "queue", "priority", "key"})
+#: ``kwargs``); ``key`` is django-delayq's dedupe key, and ``headers`` the
+#: task's metadata (``meta=``), which ``self.request.headers`` reads.
+CALL_OPTIONS = frozenset({"countdown", "eta", "queue", "priority", "key", "headers"})
 
 #: What to write instead of an ``apply_async()`` option django-delayq cannot
 #: honour.
@@ -101,7 +102,6 @@ REFUSED_CALL_OPTIONS: Mapping[str, str] = {
     "exchange": "pass queue=... instead",
     "serializer": "arguments are stored as JSON; remove it",
     "compression": "remove it",
-    "headers": "remove headers=...: pass what the task needs as arguments",
     "time_limit": "set time_limit=... on @shared_task",
     "soft_time_limit": "set soft_time_limit=... on @shared_task",
     "ignore_result": "set ignore_result=... on @shared_task",

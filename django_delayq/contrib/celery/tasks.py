@@ -149,8 +149,10 @@ class CeleryTask(registry.Task[P, R]):
     ) -> AsyncResult:
         """Schedule the task: ``countdown=`` seconds from now or at ``eta=``
         (an aware datetime), on ``queue=``, with ``priority=`` (django-delayq's:
-        -100 to 100, higher first) and a dedupe ``key=``. Written in the
-        caller's transaction, like :func:`django_delayq.schedule`."""
+        -100 to 100, higher first), a dedupe ``key=`` and ``headers=`` (the
+        task's metadata, ``meta=``: ``self.request.headers`` in its runs).
+        Written in the caller's transaction, like
+        :func:`django_delayq.schedule`."""
         for option in options:
             if option not in CALL_OPTIONS:
                 raise refused_call_option(option, self.name)
@@ -170,6 +172,7 @@ class CeleryTask(registry.Task[P, R]):
             queue=options.get("queue"),
             priority=options.get("priority"),
             key=options.get("key"),
+            meta=options.get("headers"),
         )
         return AsyncResult(str(row.pk), task=self)
 
