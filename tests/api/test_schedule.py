@@ -114,3 +114,34 @@ def test_a_new_earliest_task_wakes_the_shard_dispatcher(redis_client):
     assert redis_client.llen(wake) == 0
     schedule(add, delay=1, args=[1, 1])  # new head
     assert redis_client.lrange(wake, 0, -1) == [b"1"]
+
+
+def test_expires_counts_seconds_or_a_timedelta_from_the_call(redis_client):
+    before = timezone.now()
+    in_seconds = schedule(add, args=[1, 2], delay=900, expires=1800)
+    in_delta = add.schedule(
+        args=[1, 2], delay=60, expires=datetime.timedelta(minutes=10)
+    )
+    after = timezone.now()
+    for task, span in [
+        (in_seconds, datetime.timedelta(seconds=1800)),
+        (in_delta, datetime.timedelta(minutes=10)),
+    ]:
+        row = DelayedTask.objects.get(pk=task.pk)
+        # From now, as Celery counts it: not from the due time.
+        assert before + span <= row.expires_at <= after + span
+        assert row.expires_at == task.expires_at
+        assert indexed_score(redis_client, row) == expected_score(row)
+    assert schedule(add, args=[1, 2]).expires_at is None
+
+
+def test_an_expiry_datetime_is_kept_as_given(redis_client):
+    expires = datetime.datetime(2031, 5, 4, 3, 2, 1, 123456, tzinfo=datetime.UTC)
+    task = schedule(
+        add, args=[1, 2], eta=expires - datetime.timedelta(days=1), expires=expires
+    )
+    assert DelayedTask.objects.get(pk=task.pk).expires_at == expires
+    # A task due now (a past eta) may expire any moment after now.
+    past = timezone.now() - datetime.timedelta(hours=1)
+    soon = timezone.now() + datetime.timedelta(minutes=1)
+    assert schedule(add, args=[1, 2], eta=past, expires=soon).expires_at == soon

@@ -70,6 +70,8 @@ def test_a_row_of_an_earlier_version_gets_the_new_columns_defaults(redis_client)
 
     row = DelayedTask.objects.get(pk=task_id)
     assert (row.priority, row.worker_ids, row.claim_entry) == (0, [], "")
+    # A nullable column with no default (0011): such a row never expires.
+    assert row.expires_at is None
 
 
 def test_a_row_of_an_earlier_version_runs(redis_client):
