@@ -14,6 +14,7 @@ from cronsim import CronSim
 
 from django_delayq.contrib.celery import crontab, from_beat_schedule
 from django_delayq.contrib.celery.options import (
+    CALL_OPTIONS,
     MAPPED_TASK_OPTIONS,
     REFUSED_CALL_OPTIONS,
     REFUSED_TASK_OPTIONS,
@@ -137,6 +138,5 @@ def test_every_option_of_apply_async_is_mapped_or_refused() -> None:
     parameters = inspect.signature(celery_task.Task.apply_async).parameters
     named = {name for name in parameters if name not in ("self", "args", "kwargs")}
     named -= {"options"}  # **options
-    taken = {"countdown", "eta", "queue", "priority", "key"}
-    unhandled = named - taken - set(REFUSED_CALL_OPTIONS)
+    unhandled = named - CALL_OPTIONS - set(REFUSED_CALL_OPTIONS)
     assert not unhandled, f"apply_async options neither mapped nor refused: {unhandled}"
