@@ -40,7 +40,7 @@ from .outbox import index_after_commit, indexer, unindex_after_commit
 from .payload import check_meta, check_payload, unsupported
 from .store.keys import LIMITS_SHARD
 from .text import check_text
-from .timing import resolve_run_at
+from .timing import resolve_expires_at, resolve_run_at
 
 MAX_KEY_LENGTH = 200
 
@@ -73,6 +73,7 @@ class Call:
     max_attempts: int | None = None
     priority: int | None = None
     meta: Mapping[str, Any] | None = None
+    expires: float | datetime.timedelta | datetime.datetime | None = None
 
 
 def schedule(
@@ -82,6 +83,7 @@ def schedule(
     kwargs: dict[str, Any] | None = None,
     delay: float | datetime.timedelta | None = None,
     eta: datetime.datetime | None = None,
+    expires: float | datetime.timedelta | datetime.datetime | None = None,
     queue: str | None = None,
     key: str | None = None,
     replace: bool = False,
@@ -98,6 +100,13 @@ def schedule(
     :param delay: seconds (int, float or ``timedelta``) from now.
     :param eta: an aware ``datetime``. Pass at most one of ``delay`` and
         ``eta``; with neither the task runs as soon as possible.
+    :param expires: when the task is no longer wanted, as Celery's
+        ``expires``: seconds (int, float or ``timedelta``) from now (the
+        call, not the due time), or an aware ``datetime``. It must fall
+        after the task is due. A worker that would start it at or after
+        that moment cancels it instead, without calling the function, and
+        a retry that would fall after it is not made (the task fails).
+        ``None`` (the default): it never expires.
     :param queue: overrides the task's queue.
     :param key: a dedupe key: at most one scheduled or running task holds it.
         Scheduling a held key raises :class:`~django_delayq.exceptions.DuplicateTask`
@@ -119,6 +128,8 @@ def schedule(
     :returns: the saved :class:`~django_delayq.models.DelayedTask`.
     :raises TypeError: ``args`` and ``kwargs`` do not fit the task
         function's signature (nothing is written).
+    :raises ~django_delayq.exceptions.InvalidSchedule: a bad ``delay``,
+        ``eta`` or ``expires`` (nothing is written).
     """
     if not isinstance(replace, bool):
         raise InvalidArgument(f"replace= must be True or False; got {replace!r}.")
@@ -138,6 +149,7 @@ def schedule(
             max_attempts,
             priority,
             meta,
+            expires,
         )
     )
     db = write_alias(using)
@@ -307,6 +319,7 @@ def _prepare(
         now = memo.now
         target = _cached_target(call, memo.targets)
         run_at = _cached_run_at(call, memo)
+    expires_at = resolve_expires_at(call.expires, run_at, now=now)
     args, kwargs = check_payload(
         call.args,
         call.kwargs,
@@ -358,6 +371,7 @@ def _prepare(
             "kwargs": kwargs,
             "key": call.key,
             "run_at": run_at,
+            "expires_at": expires_at,
             "status": Status.SCHEDULED,
             "attempts": 0,
             "max_attempts": target.max_attempts,
@@ -519,6 +533,7 @@ async def aschedule(
     kwargs: dict[str, Any] | None = None,
     delay: float | datetime.timedelta | None = None,
     eta: datetime.datetime | None = None,
+    expires: float | datetime.timedelta | datetime.datetime | None = None,
     queue: str | None = None,
     key: str | None = None,
     replace: bool = False,
@@ -535,6 +550,7 @@ async def aschedule(
         kwargs=kwargs,
         delay=delay,
         eta=eta,
+        expires=expires,
         queue=queue,
         key=key,
         replace=replace,

@@ -19,7 +19,13 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from . import signals, transitions
-from .exceptions import DuplicateTask, InvalidArgument, InvalidTaskState, TaskNotFound
+from .exceptions import (
+    DuplicateTask,
+    InvalidArgument,
+    InvalidSchedule,
+    InvalidTaskState,
+    TaskNotFound,
+)
 from .lookups import Lookup, current, matching, parse_lookup, write_alias, written
 from .models import ACTIVE_STATUSES, DelayedTask, OutboxEntry, Status
 from .outbox import index_after_commit, unindex_after_commit
@@ -79,19 +85,25 @@ def reschedule(
     task's ``@task(meta=...)`` and the middleware's ``on_schedule()`` are
     not applied again); ``meta={}`` removes it.
 
+    The task keeps its ``expires_at``: a new time at or after it is refused.
+
     :raises TaskNotFound: no task has this id, or no scheduled or running
         task holds this key.
     :raises InvalidTaskState: the task is running, finished or cancelled.
+    :raises InvalidSchedule: a bad ``delay`` or ``eta``, or one at or after
+        the task's expiry (nothing is written).
     :returns: the updated row.
     """
-    run_at = resolve_run_at(delay, eta)
+    now = timezone.now()
+    run_at = resolve_run_at(delay, eta, now=now)
     new_meta = None if meta is None else check_meta(meta)
     lookup = parse_lookup(task_or_id, key)
     db = write_alias(using)
     raise_state = ""
+    refusal: InvalidSchedule | None = None
     with transaction.atomic(using=db, savepoint=False):
         # Write first (see cancel()), then read what was written.
-        if transitions.move(matching(lookup, db), run_at, new_meta):
+        if transitions.move(matching(lookup, db), run_at, now, new_meta):
             row: DelayedTask | None = written(
                 lookup, db, status=Status.SCHEDULED, run_at=run_at
             )
@@ -100,11 +112,14 @@ def reschedule(
         else:
             row = current(lookup, db)
             if row is not None and row.status == Status.SCHEDULED:
-                # It was running a moment ago and a retry made it scheduled
-                # again in between: report that rather than guess.
+                refusal = _past_expiry(row, run_at, now, "reschedule")
+                # Else it was running a moment ago and a retry made it
+                # scheduled again in between: report that rather than guess.
                 raise_state = f"Task {row.pk} changed state meanwhile; try again."
                 row = None
     # Raised only after the block, so the caller's transaction stays usable.
+    if refusal is not None:
+        raise refusal
     if row is None and raise_state:
         raise InvalidTaskState(raise_state)
     if row is None:
@@ -148,11 +163,15 @@ def retry(
     :raises InvalidTaskState: the task is not ``failed``.
     :raises DuplicateTask: the task has a dedupe key, and another scheduled
         or running task holds that key now.
+    :raises InvalidSchedule: a bad ``delay`` or ``eta``, or the task would
+        be due at or after its ``expires_at`` (an expired task cannot be
+        retried: schedule a new one).
     :returns: the updated row.
     """
     if task_or_id is None:
         raise InvalidArgument("retry() needs the task to retry, or its id.")
-    run_at = resolve_run_at(delay, eta)
+    now = timezone.now()
+    run_at = resolve_run_at(delay, eta, now=now)
     lookup = parse_lookup(task_or_id, None)
     db = write_alias(using)
     row: DelayedTask | None = None
@@ -166,7 +185,7 @@ def retry(
             # task holds now violates the active-key index, and only the
             # savepoint is rolled back then, not the caller's transaction.
             with transaction.atomic(using=db):
-                updated = transitions.restart(matching(lookup, db), run_at)
+                updated = transitions.restart(matching(lookup, db), run_at, now)
         except IntegrityError:
             updated = 0
             refusal = _retry_key_clash(lookup, db)
@@ -177,7 +196,8 @@ def retry(
         elif refusal is None:
             row = current(lookup, db)
             if row is not None:
-                refusal = _retry_refusal(row)
+                expired = _past_expiry(row, run_at, now, "retry")
+                refusal = expired or _retry_refusal(row)
     # Raised only after the block, so the caller's transaction stays usable.
     if refusal is not None:
         raise refusal
@@ -187,6 +207,33 @@ def retry(
         task_or_id.status, task_or_id.run_at = Status.SCHEDULED, run_at
         task_or_id.attempts, task_or_id.finished_at = 0, None
     return row
+
+
+def _past_expiry(
+    row: DelayedTask, run_at: datetime.datetime, now: datetime.datetime, verb: str
+) -> InvalidSchedule | None:
+    """Why ``row`` (of the status ``verb`` needs) was left alone: due at
+    ``run_at`` it would not start before its ``expires_at``; None if that
+    is not why."""
+    expected = Status.SCHEDULED if verb == "reschedule" else Status.FAILED
+    expires_at = row.expires_at
+    if row.status != expected or expires_at is None:
+        return None
+    due = max(run_at, now)
+    if expires_at > due:
+        return None
+    if expires_at <= now:
+        return InvalidSchedule(
+            f"Task {row.pk} expired at {expires_at.isoformat()}: it can no "
+            f"longer run, so {verb}() would change nothing. schedule() a new "
+            f"task to run it."
+        )
+    return InvalidSchedule(
+        f"Task {row.pk} expires at {expires_at.isoformat()}; {verb}() to "
+        f"{due.isoformat()} would make it due then or later, so it could never "
+        f"run. Pass an earlier delay= or eta=, or schedule() a new task with "
+        f"a later expires=."
+    )
 
 
 def _retry_refusal(row: DelayedTask) -> InvalidTaskState:

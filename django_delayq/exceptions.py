@@ -40,7 +40,8 @@ class UnknownQueue(DelayQueueException, LookupError):
 
 
 class InvalidSchedule(DelayQueueException, ValueError):
-    """``delay`` / ``eta`` do not describe a valid moment."""
+    """``delay`` / ``eta`` / ``expires`` do not describe a valid moment, or
+    one a task could run at (an expiry not after it is due)."""
 
 
 class InvalidPayload(DelayQueueException, ValueError):

@@ -127,6 +127,17 @@ class DelayedTask(models.Model):
         help_text=_("At most one scheduled or running task holds a given key."),
     )
     run_at = models.DateTimeField(_("run at"))
+    # Nullable, with no default: a row an earlier version inserts during a
+    # deploy (an INSERT that does not name the column) never expires.
+    expires_at = models.DateTimeField(
+        _("expires at"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "A task not started by this moment never runs: the worker that "
+            "claims it later cancels it. Empty: it never expires."
+        ),
+    )
     status = models.CharField(
         _("status"), max_length=16, choices=Status.choices, default=Status.SCHEDULED
     )

@@ -33,6 +33,7 @@ class ScheduleOptions(TypedDict, total=False):
     kwargs: dict[str, Any] | None
     delay: float | datetime.timedelta | None
     eta: datetime.datetime | None
+    expires: float | datetime.timedelta | datetime.datetime | None
     queue: str | None
     key: str | None
     replace: bool

@@ -1,5 +1,5 @@
 """Recording how an attempt ended: the next attempt or the failure, the
-success's report, and the task event lines.
+expiry, the success's report, and the task event lines.
 
 Every process that settles an attempt comes here: a worker running a task
 alone or in a group, a worker giving up on a stuck task, a supervisor's
@@ -9,8 +9,8 @@ whose worker is gone. Each row change itself is a fenced UPDATE of
 retry, and logs and signals once the change is committed.
 
 The task event lines (``task started``, ``succeeded``, ``retrying``,
-``failed``) go to the ``django_delayq.execution`` logger, whose name the
-documentation gives operators to route them by.
+``failed``, ``expired``) go to the ``django_delayq.execution`` logger,
+whose name the documentation gives operators to route them by.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from .conf import get_settings
 from .models import DelayedTask, OutboxEntry, Status, write_db
 from .options import FAIL_NOW
 from .outbox import index_after_commit
-from .timing import ceil_ms
+from .timing import ceil_ms, moment_text
 
 if TYPE_CHECKING:
     from .options import NextAttempt
@@ -89,10 +89,18 @@ def record_failure(
             budget = None
         if retrying and budget is None and attempt >= row.max_attempts:
             retrying = False  # no attempt left, and the task gave none
-    if not retrying or delay is None:
+    run_at = None if not retrying or delay is None else ceil_ms(timezone.now() + delay)
+    if run_at is not None and row.expires_at is not None and run_at >= row.expires_at:
+        # The retry could never start: the task fails now, with its error,
+        # rather than wait to be cancelled when the retry is due.
+        error = (
+            f"{error} (not retried: the next attempt would be due after the "
+            f"task expires, at {moment_text(row.expires_at)})"
+        )
+        run_at = None
+    if run_at is None:
         failed = fail(row, attempt, error, trace, expect=Status.RUNNING)
         return Verdict.FAILED if failed else Verdict.FENCED
-    run_at = ceil_ms(timezone.now() + delay)
     db = write_db()
     with transaction.atomic(using=db, savepoint=False):
         if not transitions.retry_later(
@@ -159,6 +167,28 @@ def fail(
     def report() -> None:
         log_event(logging.ERROR, "failed", row, trace=trace, error=repr(error))
         signals.send(signals.task_failed, row, error=error)
+
+    transaction.on_commit(report, using=db)
+    return True
+
+
+def expire(row: DelayedTask, now: datetime.datetime) -> bool:
+    """Cancel a claimed task whose ``expires_at`` has passed by ``now``,
+    without calling its function; False if the attempt was fenced.
+
+    The ``task expired`` line and ``task_cancelled`` follow the commit (at
+    once outside a transaction).
+    """
+    assert row.expires_at is not None
+    which = "it" if row.attempts <= 1 else f"attempt {row.attempts}"
+    error = f"expired at {moment_text(row.expires_at)}, before {which} could start"
+    db = write_db()
+    if not transitions.expire(row, now, error, db):
+        return False
+
+    def report() -> None:
+        log_event(logging.INFO, "expired", row, error=repr(row.last_error))
+        signals.send(signals.task_cancelled, row)
 
     transaction.on_commit(report, using=db)
     return True

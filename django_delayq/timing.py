@@ -1,4 +1,5 @@
-"""Turning ``delay`` / ``eta`` into a ``run_at`` and Redis scores."""
+"""Turning ``delay`` / ``eta`` into a ``run_at``, ``expires`` into an
+``expires_at``, and both into Redis scores and text."""
 
 from __future__ import annotations
 
@@ -101,16 +102,7 @@ def _check_eta(eta: Any, now: datetime.datetime) -> datetime.datetime:
             f"eta= must be a datetime.datetime, not {type(eta).__name__} "
             f"({eta!r}); for a number of seconds from now use delay=."
         )
-    if settings.USE_TZ and timezone.is_naive(eta):
-        raise InvalidSchedule(
-            f"eta= must be timezone-aware when USE_TZ = True; got the naive "
-            f"{eta.isoformat()}. Use django.utils.timezone.make_aware(eta) "
-            f"or pass tzinfo=datetime.UTC."
-        )
-    run_at: datetime.datetime = eta
-    if not settings.USE_TZ and timezone.is_aware(run_at):
-        # With USE_TZ = False Django stores naive local times.
-        run_at = timezone.make_naive(run_at)
+    run_at = _check_moment(eta, "eta=")
     if run_at - now > MAX_DELAY:
         raise InvalidSchedule(
             f"eta= {run_at.isoformat()} is more than 100 years from now; pass a "
@@ -126,6 +118,103 @@ def _check_eta(eta: Any, now: datetime.datetime) -> datetime.datetime:
             f"to mean that, pass neither eta= nor delay=, or pass the real time."
         )
     return run_at
+
+
+def resolve_expires_at(
+    expires: Any, run_at: datetime.datetime, *, now: datetime.datetime
+) -> datetime.datetime | None:
+    """Return when a task due at ``run_at`` expires, from ``expires``; None
+    for never.
+
+    As Celery's ``expires``: a number of seconds or a ``timedelta`` counts
+    from ``now`` (the call), not from the due time; a ``datetime`` is the
+    moment itself, kept as given. An expiry at or before the moment the
+    task is due (``run_at``, or now for a past ``eta``) could never let it
+    run, and is refused.
+    """
+    if expires is None:
+        return None
+    if isinstance(expires, datetime.datetime):
+        expires_at = _check_moment(expires, "expires=")
+    elif isinstance(expires, datetime.timedelta) or (
+        isinstance(expires, int | float) and not isinstance(expires, bool)
+    ):
+        expires_at = now + _check_expiry_span(expires)
+    else:
+        raise InvalidSchedule(
+            f"expires= must be a number of seconds from now (int or float), a "
+            f"datetime.timedelta, or an aware datetime.datetime; got "
+            f"{type(expires).__name__} ({short_repr(expires)})."
+        )
+    if expires_at - now > MAX_DELAY:
+        raise InvalidSchedule(
+            f"expires= {short_repr(expires)} is more than 100 years from now; "
+            f"pass a sensible expiry, or none."
+        )
+    due = max(run_at, now)
+    if expires_at <= due:
+        relative = ""
+        if not isinstance(expires, datetime.datetime):
+            relative = " (counted from now, the call, not from when it is due)"
+        raise InvalidSchedule(
+            f"expires= {short_repr(expires)} makes the task expire at "
+            f"{expires_at.isoformat()}{relative}, not after it is due at "
+            f"{due.isoformat()}: it could never run. Pass an expiry later than "
+            f"the task's delay= or eta=, or no expires=."
+        )
+    return expires_at
+
+
+def _check_expiry_span(expires: float | datetime.timedelta) -> datetime.timedelta:
+    if isinstance(expires, datetime.timedelta):
+        seconds = expires.total_seconds()
+    else:
+        try:
+            seconds = float(expires)
+        except OverflowError:  # an int too large for a float: 10**400
+            seconds = math.inf if expires > 0 else -math.inf
+    if math.isnan(seconds) or (math.isinf(seconds) and isinstance(expires, float)):
+        raise InvalidSchedule(
+            f"expires= must be a finite number of seconds; got {expires!r}."
+        )
+    if seconds <= 0:
+        raise InvalidSchedule(
+            f"expires= must be more than 0 seconds from now (got "
+            f"{short_repr(expires)}): a task that has expired when it is "
+            f"scheduled can never run. Pass a positive number, or no expires=."
+        )
+    if seconds > MAX_DELAY.total_seconds():
+        raise InvalidSchedule(
+            f"expires= of {short_repr(expires)} is more than 100 years; pass a "
+            f"sensible expiry, or none."
+        )
+    return datetime.timedelta(seconds=seconds)
+
+
+def moment_text(value: datetime.datetime) -> str:
+    """``'2026-11-29 10:00:00 UTC'`` (with milliseconds if it has any), for
+    text a row keeps; a naive moment (``USE_TZ = False``) without a zone."""
+    if timezone.is_aware(value):
+        value = value.astimezone(datetime.UTC)
+    text = value.strftime("%Y-%m-%d %H:%M:%S")
+    if value.microsecond:
+        text += f".{value.microsecond // 1000:03d}"
+    return f"{text} UTC" if timezone.is_aware(value) else text
+
+
+def _check_moment(value: datetime.datetime, where: str) -> datetime.datetime:
+    """``value`` as Django stores it; a naive one with ``USE_TZ`` refused."""
+    if settings.USE_TZ and timezone.is_naive(value):
+        name = where.rstrip("=")
+        raise InvalidSchedule(
+            f"{where} must be timezone-aware when USE_TZ = True; got the naive "
+            f"{value.isoformat()}. Use django.utils.timezone.make_aware({name}) "
+            f"or pass tzinfo=datetime.UTC."
+        )
+    if not settings.USE_TZ and timezone.is_aware(value):
+        # With USE_TZ = False Django stores naive local times.
+        return timezone.make_naive(value)
+    return value
 
 
 def ceil_ms(value: datetime.datetime) -> datetime.datetime:

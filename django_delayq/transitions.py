@@ -20,9 +20,13 @@ change                     fence                         by
 :func:`recover`            running, this attempt         sweeper
 :func:`hand_back`          running, this attempt, this   worker, supervisor
                            claiming entry
+:func:`expire`             running, this attempt, this   worker
+                           claiming entry
 :func:`cancel`             scheduled                     cancel(), replace=True
-:func:`move`               scheduled                     reschedule()
-:func:`restart`            failed                        retry()
+:func:`move`               scheduled, expiring after     reschedule()
+                           the new ``run_at``
+:func:`restart`            failed, expiring after the    retry()
+                           new ``run_at``
 =========================  ============================  ======================
 
 The attempt number alone is not a sufficient fence for an outcome:
@@ -78,7 +82,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from .db import statements
@@ -339,6 +343,31 @@ def hand_back(rows: Sequence[DelayedTask], using: str) -> list[DelayedTask]:
     return handed
 
 
+def expire(row: DelayedTask, now: datetime.datetime, error: str, using: str) -> bool:
+    """``running -> cancelled`` for a claimed task whose ``expires_at`` has
+    passed, its function not called; False if the attempt was fenced.
+
+    Its claim counts an attempt, as a refused row's does; ``started_at`` is
+    cleared, since nothing started, and ``error`` says why it ends here.
+    """
+    error = clipped(error, MAX_ERROR_CHARS)
+    updated = (
+        DelayedTask.objects.using(using)
+        .filter(**_fence(row, row.attempts), status=Status.RUNNING)
+        .update(
+            status=Status.CANCELLED,
+            started_at=None,
+            finished_at=now,
+            last_error=error,
+            last_traceback="",
+        )
+    )
+    if updated:
+        row.status, row.started_at, row.finished_at = Status.CANCELLED, None, now
+        row.last_error, row.last_traceback = error, ""
+    return bool(updated)
+
+
 def cancel(rows: QuerySet[DelayedTask], now: datetime.datetime) -> int:
     """``scheduled -> cancelled`` for the matching rows; how many changed.
 
@@ -352,28 +381,51 @@ def cancel(rows: QuerySet[DelayedTask], now: datetime.datetime) -> int:
 def move(
     rows: QuerySet[DelayedTask],
     run_at: datetime.datetime,
+    now: datetime.datetime,
     meta: dict[str, Any] | None = None,
 ) -> int:
     """A new ``run_at`` for the matching scheduled rows, and new metadata if
-    ``meta`` is given (``{}`` clears it); how many changed."""
-    if meta is None:
-        return rows.filter(status=Status.SCHEDULED).update(run_at=run_at)
-    return rows.filter(status=Status.SCHEDULED).update(run_at=run_at, meta=meta or None)
+    ``meta`` is given (``{}`` clears it); how many changed.
+
+    A row that would be due (at ``run_at``, or ``now`` if later) at or after
+    its ``expires_at`` is left alone: it could never run.
+    """
+    changes: dict[str, Any] = {"run_at": run_at}
+    if meta is not None:
+        changes["meta"] = meta or None
+    return (
+        rows.filter(status=Status.SCHEDULED)
+        .filter(_runs_before_expiry(run_at, now))
+        .update(**changes)
+    )
 
 
-def restart(rows: QuerySet[DelayedTask], run_at: datetime.datetime) -> int:
+def restart(
+    rows: QuerySet[DelayedTask], run_at: datetime.datetime, now: datetime.datetime
+) -> int:
     """``failed -> scheduled`` at ``run_at`` with a fresh set of attempts.
 
-    Raises ``IntegrityError`` when the row's dedupe key is held by another
-    active task now (run it in a savepoint).
+    A row that would be due at or after its ``expires_at`` is left alone,
+    as by :func:`move`. Raises ``IntegrityError`` when the row's dedupe key
+    is held by another active task now (run it in a savepoint).
     """
-    return rows.filter(status=Status.FAILED).update(
-        status=Status.SCHEDULED,
-        run_at=run_at,
-        attempts=0,
-        finished_at=None,
-        worker_ids=[],
+    return (
+        rows.filter(status=Status.FAILED)
+        .filter(_runs_before_expiry(run_at, now))
+        .update(
+            status=Status.SCHEDULED,
+            run_at=run_at,
+            attempts=0,
+            finished_at=None,
+            worker_ids=[],
+        )
     )
+
+
+def _runs_before_expiry(run_at: datetime.datetime, now: datetime.datetime) -> Q:
+    """The rows that, due at ``run_at`` (or ``now`` if later), have not
+    expired by then."""
+    return Q(expires_at__isnull=True) | Q(expires_at__gt=max(run_at, now))
 
 
 # -- periodic schedules --------------------------------------------------------

@@ -118,8 +118,8 @@ def perform(
         model_admin.message_user(
             request,
             ngettext(
-                "%(count)d more task could not be retried for the same reason.",
-                "%(count)d more tasks could not be retried for the same reason.",
+                "%(count)d more task was refused for the same reason.",
+                "%(count)d more tasks were refused for the same reason.",
                 len(refusals) - REPORTED,
             )
             % {"count": len(refusals) - REPORTED},

@@ -211,8 +211,26 @@ def timeline(task: DelayedTask, now: datetime.datetime) -> list[Event]:
             Status.CANCELLED: _("Cancelled"),
         }.get(Status(task.status), _("Finished"))
         events.append(Event(label, task.finished_at, note))
+    if task.expires_at is not None:
+        events.append(Event(_("Expires"), task.expires_at, expiry(task, now)))
     created = Event(_("Created"), task.created_at, _("schedule() was called"))
     return [created, *sorted(events, key=lambda event: event.moment)]
+
+
+def expiry(task: DelayedTask, now: datetime.datetime) -> str:
+    """What the task's ``expires_at`` means for it now: for a scheduled
+    task, by when it must start; for one it cancelled, that it did."""
+    assert task.expires_at is not None
+    if task.status == Status.SCHEDULED:
+        left = (task.expires_at - now).total_seconds()
+        if left > 0:
+            return _("if not started %(when)s, it is cancelled instead") % {
+                "when": ahead(left)
+            }
+        return _("passed: a worker cancels it instead of running it")
+    if task.status == Status.CANCELLED and task.last_error.startswith("expired at "):
+        return _("passed before it could start: cancelled, not run")
+    return ""
 
 
 def timeline_html(task: DelayedTask, now: datetime.datetime) -> SafeString:

@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING
 from django.utils.translation import gettext_lazy, ngettext
 
 from .. import api
-from ..exceptions import DuplicateTask, InvalidTaskState, TaskNotFound
+from ..exceptions import (
+    DuplicateTask,
+    InvalidSchedule,
+    InvalidTaskState,
+    TaskNotFound,
+)
 from ..models import Status
 
 if TYPE_CHECKING:
@@ -25,7 +30,7 @@ if TYPE_CHECKING:
 class Result(enum.Enum):
     DONE = "done"
     SKIPPED = "skipped"  # no longer in the state the action needs
-    REFUSED = "refused"  # in that state, but the API refused (held key)
+    REFUSED = "refused"  # in that state, but the API refused (held key, expired)
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,8 @@ def _run_now(task_id: uuid.UUID) -> tuple[Result, str]:
         api.reschedule(task_id, delay=0)
     except (TaskNotFound, InvalidTaskState):
         return Result.SKIPPED, ""
+    except InvalidSchedule as exc:  # it has expired
+        return Result.REFUSED, str(exc)
     return Result.DONE, ""
 
 
@@ -64,7 +71,7 @@ def _retry(task_id: uuid.UUID) -> tuple[Result, str]:
         api.retry(task_id)
     except (TaskNotFound, InvalidTaskState):
         return Result.SKIPPED, ""
-    except DuplicateTask as exc:
+    except (DuplicateTask, InvalidSchedule) as exc:  # a held key; expired
         return Result.REFUSED, str(exc)
     return Result.DONE, ""
 

@@ -66,10 +66,12 @@ class Ran:
     task: DelayedTask
     #: which attempt of the task it was (1 for the first)
     attempt: int
-    #: ``"succeeded"``, ``"retrying"`` (another attempt is scheduled) or
-    #: ``"failed"`` (for good)
+    #: ``"succeeded"``, ``"retrying"`` (another attempt is scheduled),
+    #: ``"failed"`` (for good) or ``"cancelled"`` (it had expired, and its
+    #: function was not called)
     outcome: str
-    #: the attempt's error (``"ValueError: ..."``); empty if it succeeded
+    #: the attempt's error (``"ValueError: ..."``), or why it was cancelled
+    #: (``"expired at ..."``); empty if it succeeded
     error: str
     #: when it started, by the clock the task saw
     started_at: datetime.datetime
@@ -214,6 +216,7 @@ class _Runner:
             Status.SUCCEEDED: "succeeded",
             Status.SCHEDULED: "retrying",
             Status.FAILED: "failed",
+            Status.CANCELLED: "cancelled",
         }.get(Status(row.status), str(row.status))
         error = "" if outcome == "succeeded" else row.last_error
         return Ran(row, row.attempts, outcome, error, row.started_at or started)

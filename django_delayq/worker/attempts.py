@@ -11,7 +11,8 @@ inside the attempt's transaction (for an ``atomic`` task) and under its
 time limit; what a middleware raises, or lets through from the function,
 is the attempt's outcome: it fails that run, never the worker.
 
-Which rows a function must not be called for (:func:`refusal`), what a
+Which rows a function is not called for (:func:`expired`, whose task is
+cancelled, and :func:`refusal`, whose task fails), what a
 function may raise that fails only its attempt (:data:`FAILURES`), its time
 limit, the error text recorded, the return value as stored, and the fence
 (:class:`Fenced`) that rolls an attempt back when another worker took it
@@ -21,6 +22,7 @@ over.
 from __future__ import annotations
 
 import contextvars
+import datetime
 import logging
 import traceback
 import uuid
@@ -54,6 +56,14 @@ class Fenced(Exception):
 #: What a task's function may raise that fails its attempt (and no more):
 #: task code calling sys.exit() must not end a worker thread.
 FAILURES = (Exception, SystemExit, KeyboardInterrupt, TimeLimitExceeded)
+
+
+def expired(row: DelayedTask, now: datetime.datetime) -> bool:
+    """Whether the task of a claimed row has expired by ``now`` (its
+    ``expires_at``): its function must not be called, and the task is
+    cancelled (:func:`django_delayq.outcomes.expire`). Judged just before
+    the call, by this worker's clock, as "never early" is."""
+    return row.expires_at is not None and now >= row.expires_at
 
 
 def refusal(row: DelayedTask, registered: registry.Task[Any, Any]) -> Exception | None:

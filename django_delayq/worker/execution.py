@@ -43,6 +43,7 @@ from ..models import DelayedTask, OutboxEntry, Status, write_db
 from ..outbox import index_after_commit
 from ..outcomes import (
     Verdict,
+    expire,
     fail,
     record_failure,
     report_start,
@@ -56,6 +57,7 @@ from ..store.keys import shard_keys
 from .attempts import (
     FAILURES,
     Fenced,
+    expired,
     failure_text,
     log_fenced,
     refusal,
@@ -231,6 +233,9 @@ def run_alone(
     watchdog: Watchdog = NO_WATCHDOG,
 ) -> bool:
     """Run the function and record the outcome; False if the attempt was fenced."""
+    now = timezone.now()
+    if expired(row, now):
+        return expire(row, now)
     refused = refusal(row, registered)
     if refused is not None:
         return refuse(row, refused)

@@ -41,10 +41,11 @@ from .. import registry, transitions
 from ..db.savepoints import TaskSavepoints, TransactionLost
 from ..limits.slots import note_start
 from ..models import DelayedTask
-from ..outcomes import Verdict, record_failure, report_start, report_success
+from ..outcomes import Verdict, expire, record_failure, report_start, report_success
 from .attempts import (
     FAILURES,
     Fenced,
+    expired,
     failure_text,
     refusal,
     refuse,
@@ -273,7 +274,13 @@ def _run_one(
     watchdog: Watchdog,
 ) -> transitions.Success | None:
     """Run one task of a group in a savepoint; its success, or None if it
-    raised (its failure is then recorded in the group's transaction)."""
+    raised, expired or was refused (its outcome is then recorded in the
+    group's transaction)."""
+    now = timezone.now()
+    if expired(row, now):
+        if not expire(row, now):
+            raise Fenced
+        return None
     refused = refusal(row, registered)
     if refused is not None:
         if not refuse(row, refused):

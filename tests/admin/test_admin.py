@@ -264,6 +264,49 @@ def test_the_task_page_shows_the_timeline_error_and_traceback(
     assert "3/3" in page
 
 
+def test_the_task_page_shows_the_expiry_and_a_task_cancelled_by_it(
+    admin_client, redis_client
+):
+    task = schedule(add, args=[1, 1], delay=60, expires=900)
+    page = text(admin_client.get(change_url(task)))
+    assert "Expires" in page
+    assert "if not started in 15 min, it is cancelled instead" in page
+
+    # A worker claimed it after its expiry, and cancelled it.
+    expired_at = timezone.now() - datetime.timedelta(minutes=1)
+    DelayedTask.objects.filter(pk=task.pk).update(
+        expires_at=expired_at,
+        status=Status.CANCELLED,
+        attempts=1,
+        finished_at=timezone.now(),
+        last_error="expired at 2030-01-01 12:00:00 UTC, before it could start",
+    )
+    page = text(admin_client.get(change_url(task)))
+    for event in ("Created", "Due", "Expires", "Cancelled"):
+        assert event in page
+    assert "passed before it could start: cancelled, not run" in page
+    assert "Last run started" not in page  # nothing started
+    assert "expired at 2030-01-01 12:00:00 UTC, before it could start" in page
+
+
+def test_run_now_and_retry_report_a_task_whose_expiry_has_passed(
+    admin_client, redis_client
+):
+    waiting = schedule(add, args=[1, 1], delay=3600, expires=7200)
+    failed = make_failed(schedule(add, args=[2, 2], delay=60, expires=7200))
+    passed = timezone.now() - datetime.timedelta(seconds=1)
+    DelayedTask.objects.filter(pk__in=[waiting.pk, failed.pk]).update(expires_at=passed)
+    response = post_action(admin_client, "run_tasks_now", [waiting], post="yes")
+    after = text(admin_client.get(response["Location"]))
+    assert refresh(waiting).run_at == waiting.run_at
+    assert f"Task {waiting.pk} expired at " in after
+    assert "it can no longer run, so reschedule() would change nothing" in after
+    response = post_action(admin_client, "retry_tasks", [failed], post="yes")
+    after = text(admin_client.get(response["Location"]))
+    assert refresh(failed).status == Status.FAILED
+    assert "it can no longer run, so retry() would change nothing" in after
+
+
 def test_the_list_and_the_task_page_show_the_priority(admin_client, redis_client):
     task = schedule(order_cancel, args=[1], delay=60, priority=-37)
     html = admin_client.get(reverse(CHANGELIST)).content.decode()

@@ -116,6 +116,8 @@ def test_a_view_that_fails_after_aschedule_rolls_the_task_back(redis_client):
     [
         ({"args": [1, 2], "delay": -1}, InvalidSchedule),
         ({"args": [1, 2], "delay": "10"}, InvalidSchedule),
+        ({"args": [1, 2], "expires": 0}, InvalidSchedule),
+        ({"args": [1, 2], "expires": "soon"}, InvalidSchedule),
         ({"args": [1, 2], "queue": "nope"}, UnknownQueue),
         ({"args": [1, 2], "max_attempts": 0}, InvalidArgument),
         ({"args": [1, 2], "priority": 101}, InvalidArgument),
@@ -152,8 +154,12 @@ def _options(body: dict[str, Any]) -> dict[str, Any]:
         ({"args": [{1, 2}]}, InvalidPayload),
         ({"eta": datetime.datetime(2030, 1, 1, 12, 0)}, InvalidSchedule),
         ({"args": [1, 2], "delay": 5, "eta": timezone.now()}, InvalidSchedule),
+        (
+            {"args": [1, 2], "expires": datetime.datetime(2030, 1, 1, 12, 0)},
+            InvalidSchedule,
+        ),
     ],
-    ids=["set-argument", "naive-eta", "delay-and-eta"],
+    ids=["set-argument", "naive-eta", "delay-and-eta", "naive-expires"],
 )
 def test_input_json_cannot_carry_is_refused_as_schedule_refuses_it(
     redis_client, options, error
@@ -259,6 +265,28 @@ def test_aretry_schedules_a_failed_task_again(redis_client, settings):
     # Retrying it again, while scheduled, is refused as retry() refuses it.
     with pytest.raises(InvalidTaskState):
         post("/async/retry/", {"id": str(failed.pk)})
+
+
+def test_aschedule_and_aschedule_many_write_the_expiry(redis_client):
+    before = timezone.now()
+    answer = post(
+        "/async/schedule/",
+        {"task": add.name, "args": [1, 2], "delay": 60, "expires": 300},
+    )
+    many = post(
+        "/async/schedule-many/",
+        {"calls": [{"task": add.name, "args": [3, 4], "expires": 30.5}]},
+    )
+    after = timezone.now()
+    first = DelayedTask.objects.get(pk=answer["id"])
+    second = DelayedTask.objects.get(pk=many["ids"][0])
+    span = datetime.timedelta(seconds=300)
+    assert before + span <= first.expires_at <= after + span
+    span = datetime.timedelta(seconds=30.5)
+    assert before + span <= second.expires_at <= after + span
+    moment = timezone.now() + datetime.timedelta(days=1)
+    task = async_to_sync(order_cancel.aschedule)(args=[9], expires=moment)
+    assert refresh(task).expires_at == moment
 
 
 def test_task_aschedule_takes_the_options_of_aschedule(redis_client):

@@ -74,6 +74,52 @@ NAIVE = datetime.datetime(2030, 1, 1, 12, 0)
             InvalidSchedule,
             "more than 100 years",
         ),
+        # expires=: seconds or a timedelta from now, or an aware datetime,
+        # after the task is due.
+        ({"expires": 0}, InvalidSchedule, "expires= must be more than 0 seconds"),
+        ({"expires": -5}, InvalidSchedule, "expires= must be more than 0 seconds"),
+        (
+            {"expires": datetime.timedelta(0)},
+            InvalidSchedule,
+            "expires= must be more than 0 seconds",
+        ),
+        ({"expires": True}, InvalidSchedule, "expires= must be a number of seconds"),
+        ({"expires": "60"}, InvalidSchedule, r"expires= must be a number.*str"),
+        ({"expires": math.nan}, InvalidSchedule, "expires= must be a finite"),
+        ({"expires": math.inf}, InvalidSchedule, "expires= must be a finite"),
+        ({"expires": 10**400}, InvalidSchedule, "expires= of an int of 1329 bits"),
+        ({"expires": NAIVE}, InvalidSchedule, r"expires= must be timezone-aware"),
+        (
+            {"delay": 900, "expires": 600},
+            InvalidSchedule,
+            r"expires= 600 makes the task expire at .* \(counted from now, the "
+            r"call, not from when it is due\), not after it is due at .*: it "
+            r"could never run",
+        ),
+        (
+            {"delay": 60, "expires": 60},
+            InvalidSchedule,
+            "could never run",
+        ),
+        (
+            {"expires": datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)},
+            InvalidSchedule,
+            r"expires= .* makes the task expire at 2020-01-01T00:00:00[+]00:00, "
+            r"not after it is due",
+        ),
+        (
+            {
+                "eta": datetime.datetime(2031, 1, 1, tzinfo=datetime.UTC),
+                "expires": datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC),
+            },
+            InvalidSchedule,
+            "not after it is due at 2031-01-01T00:00:00[+]00:00",
+        ),
+        (
+            {"expires": datetime.datetime(9999, 1, 1, tzinfo=datetime.UTC)},
+            InvalidSchedule,
+            "expires= .* is more than 100 years from now",
+        ),
         # A placeholder for a missing time, not a moment: a timestamp of 0.
         (
             {"eta": datetime.datetime.fromtimestamp(0, datetime.UTC)},
@@ -192,6 +238,7 @@ def test_payload_errors_are_also_value_errors_and_schedule_errors_too():
         {"queue": ["orders"]},
         {"delay": 10**400},
         {"meta": {"tenant": {"acme"}}},
+        {"delay": 60, "expires": 30},
     ],
 )
 def test_the_callers_transaction_stays_usable_after_bad_input(redis_client, bad):

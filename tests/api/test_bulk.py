@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.utils import timezone
 
 from django_delayq import Call, schedule, schedule_many
-from django_delayq.exceptions import DuplicateTask, InvalidPayload
+from django_delayq.db.inserts import _has_copy
+from django_delayq.exceptions import DuplicateTask, InvalidPayload, InvalidSchedule
 from django_delayq.models import DelayedTask
 from tests.support.helpers import due_members, expected_score
 from tests.testapp.tasks import add, order_cancel, reads_meta, takes_anything
@@ -119,3 +123,42 @@ def test_bulk_rows_go_through_init_when_someone_listens_to_post_init(redis_clien
         post_init.disconnect(receiver, sender=DelayedTask)
     assert seen == [task.pk for task in tasks]
     assert DelayedTask.objects.filter(pk__in=seen).count() == 3
+
+
+def test_bulk_rows_keep_their_expiry_on_every_insert_path(redis_client):
+    """PostgreSQL's COPY names every column, as the INSERT elsewhere does."""
+    moment = timezone.now() + datetime.timedelta(hours=3, microseconds=250)
+    before = timezone.now()
+    tasks = schedule_many(
+        [
+            Call(add, args=[1, 1], delay=60, expires=120),
+            Call(add, args=[2, 2], delay=60, expires=datetime.timedelta(hours=1)),
+            Call(add, args=[3, 3], delay=60, expires=moment),
+            Call(add, args=[4, 4], delay=60),
+        ]
+    )
+    if connection.vendor == "postgresql":
+        assert _has_copy(connection)  # the COPY path is the one tested here
+    stored = {
+        row.pk: row.expires_at
+        for row in DelayedTask.objects.filter(pk__in=[t.pk for t in tasks])
+    }
+    assert stored == {task.pk: task.expires_at for task in tasks}
+    seconds, delta, given, none = (stored[task.pk] for task in tasks)
+    # Counted from the batch's one "now", which the delays count from too.
+    assert seconds - tasks[0].run_at <= datetime.timedelta(seconds=60)
+    assert before + datetime.timedelta(seconds=120) <= seconds
+    assert delta - seconds == datetime.timedelta(seconds=3600 - 120)
+    assert (given, none) == (moment, None)
+    assert set(due_members(redis_client)) == {task.pk for task in tasks}
+
+
+def test_one_bad_expiry_fails_the_whole_batch_before_writing(redis_client):
+    calls = [
+        Call(add, args=[1, 1], expires=60),
+        Call(add, args=[2, 2], delay=90, expires=60),
+    ]
+    with pytest.raises(InvalidSchedule, match="expires= 60 makes the task expire"):
+        schedule_many(calls)
+    assert not DelayedTask.objects.exists()
+    assert due_members(redis_client) == {}

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import datetime
+import re
 
 import pytest
 from django.db import transaction
 from django.utils import timezone
 
 from django_delayq import cancel, reschedule, schedule
-from django_delayq.exceptions import InvalidArgument, InvalidTaskState, TaskNotFound
+from django_delayq.exceptions import (
+    InvalidArgument,
+    InvalidSchedule,
+    InvalidTaskState,
+    TaskNotFound,
+)
 from django_delayq.models import DelayedTask, Status
 from tests.support.helpers import expected_score, indexed_score
 from tests.testapp.tasks import add, order_cancel
@@ -158,3 +164,40 @@ def test_reschedule_checks_new_metadata_before_writing(redis_client):
     assert (row.run_at, row.meta) == (task.run_at, {"tenant": "acme"})
     assert indexed_score(redis_client, row) == expected_score(task)
     assert DelayedTask.objects.get(pk=other.pk).status == Status.SCHEDULED
+
+
+def test_reschedule_keeps_the_expiry_and_refuses_a_time_past_it(redis_client):
+    task = schedule(add, delay=60, args=[1, 1], expires=600, key="exp")
+    expires_at = task.expires_at
+    moved = reschedule(key="exp", delay=300)
+    assert moved.expires_at == expires_at
+    score = indexed_score(redis_client, task)
+    assert score == expected_score(moved)
+    with transaction.atomic():
+        with pytest.raises(InvalidSchedule) as caught:
+            reschedule(task, delay=600)
+        # Refused after its own block: the caller's transaction goes on.
+        other = schedule(add, delay=60, args=[2, 2])
+    assert re.fullmatch(
+        rf"Task {task.pk} expires at {re.escape(expires_at.isoformat())}; "
+        r"reschedule\(\) to \S+ would make it due then or later, so it could "
+        r"never run\. Pass an earlier delay= or eta=, or schedule\(\) a new "
+        r"task with a later expires=\.",
+        str(caught.value),
+    )
+    row = DelayedTask.objects.get(pk=task.pk)
+    assert (row.run_at, row.expires_at) == (moved.run_at, expires_at)
+    assert indexed_score(redis_client, task) == score
+    assert DelayedTask.objects.get(pk=other.pk).status == Status.SCHEDULED
+
+
+def test_a_task_whose_expiry_has_passed_cannot_be_rescheduled(redis_client):
+    task = schedule(add, delay=60, args=[1, 1], expires=120)
+    passed = timezone.now() - datetime.timedelta(seconds=1)
+    DelayedTask.objects.filter(pk=task.pk).update(expires_at=passed)
+    with pytest.raises(InvalidSchedule, match=r"expired at .*: it can no longer"):
+        reschedule(task, delay=0)
+    # An eta in the past is due now: past the expiry all the same.
+    with pytest.raises(InvalidSchedule, match="it can no longer run"):
+        reschedule(task, eta=passed - datetime.timedelta(hours=1))
+    assert DelayedTask.objects.get(pk=task.pk).run_at == task.run_at

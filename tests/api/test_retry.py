@@ -13,6 +13,7 @@ from django_delayq import cancel, reschedule, retry, schedule, signals
 from django_delayq.exceptions import (
     DuplicateTask,
     InvalidArgument,
+    InvalidSchedule,
     InvalidTaskState,
     TaskNotFound,
 )
@@ -188,3 +189,26 @@ def test_a_task_keeps_its_metadata_through_its_retries(redis_client):
 
     failed = failed_task(meta={"tenant": "acme"})
     assert retry(failed).meta == {"tenant": "acme"}
+
+
+def test_retry_keeps_the_expiry_and_refuses_a_task_that_has_expired(redis_client):
+    task = failed_task(expires=600)
+    expires_at = task.expires_at
+    with pytest.raises(InvalidSchedule, match="would make it due then or later"):
+        retry(task, delay=900)
+    assert refresh(task).status == Status.FAILED
+    retried = retry(task, delay=5)
+    assert (retried.status, retried.expires_at) == (Status.SCHEDULED, expires_at)
+
+    expired = failed_task(expires=600)
+    DelayedTask.objects.filter(pk=expired.pk).update(
+        expires_at=timezone.now() - datetime.timedelta(seconds=1)
+    )
+    with transaction.atomic():
+        with pytest.raises(InvalidSchedule) as caught:
+            retry(expired)
+        other = schedule(add, args=[3, 3], delay=60)
+    assert "it can no longer run, so retry() would change nothing" in str(caught.value)
+    assert refresh(expired).status == Status.FAILED
+    assert indexed_score(redis_client, expired) is None
+    assert refresh(other).status == Status.SCHEDULED

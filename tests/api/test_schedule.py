@@ -144,3 +144,34 @@ def test_a_tasks_metadata_is_merged_under_the_calls(redis_client):
     assert reads_meta.meta == {"team": "billing", "tenant": "default"}
     by_name = schedule(reads_meta.name, args=["k"])
     assert by_name.meta == {"team": "billing", "tenant": "default"}
+
+
+def test_expires_counts_seconds_or_a_timedelta_from_the_call(redis_client):
+    before = timezone.now()
+    in_seconds = schedule(add, args=[1, 2], delay=900, expires=1800)
+    in_delta = add.schedule(
+        args=[1, 2], delay=60, expires=datetime.timedelta(minutes=10)
+    )
+    after = timezone.now()
+    for task, span in [
+        (in_seconds, datetime.timedelta(seconds=1800)),
+        (in_delta, datetime.timedelta(minutes=10)),
+    ]:
+        row = DelayedTask.objects.get(pk=task.pk)
+        # From now, as Celery counts it: not from the due time.
+        assert before + span <= row.expires_at <= after + span
+        assert row.expires_at == task.expires_at
+        assert indexed_score(redis_client, row) == expected_score(row)
+    assert schedule(add, args=[1, 2]).expires_at is None
+
+
+def test_an_expiry_datetime_is_kept_as_given(redis_client):
+    expires = datetime.datetime(2031, 5, 4, 3, 2, 1, 123456, tzinfo=datetime.UTC)
+    task = schedule(
+        add, args=[1, 2], eta=expires - datetime.timedelta(days=1), expires=expires
+    )
+    assert DelayedTask.objects.get(pk=task.pk).expires_at == expires
+    # A task due now (a past eta) may expire any moment after now.
+    past = timezone.now() - datetime.timedelta(hours=1)
+    soon = timezone.now() + datetime.timedelta(minutes=1)
+    assert schedule(add, args=[1, 2], eta=past, expires=soon).expires_at == soon

@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 import pytest
+import time_machine
 from django.core.checks import run_checks
 from django.db import transaction
 from django.test import override_settings
@@ -22,12 +23,14 @@ from django_delayq.contrib.celery import (
     NotSupported,
     Retry,
     TaskFailed,
+    TaskRevokedError,
     chain,
     group,
     shared_task,
 )
 from django_delayq.exceptions import (
     InvalidArgument,
+    InvalidSchedule,
     InvalidTaskDefinition,
     InvalidTaskState,
 )
@@ -119,6 +122,90 @@ def test_apply_async_headers_are_the_tasks_metadata_and_its_request_s() -> None:
     assert without.get(timeout=1) is None  # as Celery's, without headers
     with pytest.raises(ValueError, match=r"meta\['at'\] is a set"):
         reads_headers.apply_async(headers={"at": {1}})
+
+
+def test_apply_async_expires_counts_seconds_from_now_or_takes_a_datetime() -> None:
+    before = timezone.now()
+    in_seconds = DelayedTask.objects.get(
+        pk=add.apply_async(args=[1, 2], countdown=60, expires=120).id
+    )
+    after = timezone.now()
+    span = datetime.timedelta(seconds=120)
+    # From the call, as Celery counts it: not from the countdown's end.
+    assert before + span <= in_seconds.expires_at <= after + span
+    moment = later(3600)
+    at = DelayedTask.objects.get(pk=add.apply_async(args=[1, 2], expires=moment).id)
+    assert at.expires_at == moment
+    # An expiry before the task is due: Celery would revoke it on arrival;
+    # here the call is refused, and nothing is written.
+    with pytest.raises(InvalidSchedule, match="expires= 30 makes the task expire"):
+        add.apply_async(args=[1, 2], countdown=60, expires=30)
+    assert DelayedTask.objects.count() == 2
+
+
+def test_an_expired_task_is_revoked_without_running() -> None:
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        result = send_reminder.apply_async(args=["late"], expires=60)
+        traveller.shift(datetime.timedelta(minutes=2))  # no worker until now
+        assert [ran.outcome for ran in run_due()] == ["cancelled"]
+    assert result.state == "REVOKED"
+    assert result.ready()
+    assert not result.successful()
+    assert "late" not in celery_style.calls  # its function never ran
+    with pytest.raises(TaskRevokedError, match=r"was not run: it expired at .* UTC"):
+        result.get(timeout=1)
+    revoked = add.apply_async(args=[1, 1], countdown=60, expires=600)
+    revoked.revoke()
+    with pytest.raises(TaskRevokedError, match="was cancelled before it ran"):
+        revoked.get(timeout=1)
+
+
+def test_the_decorator_s_expires_is_every_call_s_default() -> None:
+    @shared_task(bind=True, expires=datetime.timedelta(minutes=10), name="celery.exp")
+    def expiring(self: Any) -> str:
+        return self.request.expires.isoformat()
+
+    assert expiring.expires == datetime.timedelta(minutes=10)
+    before = timezone.now()
+    result = expiring.delay()
+    row = DelayedTask.objects.get(pk=result.id)
+    span = datetime.timedelta(minutes=10)
+    assert before + span <= row.expires_at <= timezone.now() + span
+    # self.request.expires: when the attempt's task expires.
+    run_due()
+    assert result.get() == row.expires_at.isoformat()
+    # apply_async(expires=...) replaces it; expires=None means none.
+    moment = later(7200)
+    assert (
+        DelayedTask.objects.get(
+            pk=expiring.apply_async(countdown=3600, expires=moment).id
+        ).expires_at
+        == moment
+    )
+    none = expiring.apply_async(countdown=3600, expires=None)
+    assert DelayedTask.objects.get(pk=none.id).expires_at is None
+    # A countdown past the default expiry: refused, naming the default.
+    with pytest.raises(InvalidSchedule) as refused:
+        expiring.apply_async(countdown=3600)
+    assert str(refused.value).endswith(
+        "(expires=datetime.timedelta(seconds=600) is the default of @shared_task "
+        "on celery.exp; pass apply_async(expires=...) to give this call another, "
+        "or expires=None for none)"
+    )
+
+
+def test_a_retry_that_would_fall_after_the_expiry_fails_the_task() -> None:
+    # send_reminder retries after default_retry_delay, 30 s: past a 20 s expiry.
+    result = send_reminder.apply_async(args=["exp"], kwargs={"failures": 1}, expires=20)
+    assert [r.outcome for r in run_due(until=later(3600))] == ["failed"]
+    assert result.state == "FAILURE"
+    # The retry asked for is the attempt's outcome, as the row keeps it.
+    with pytest.raises(
+        Retry,
+        match=r"^Retry in 30s: ConnectionError: attempt 1 failed \(not retried: "
+        r"the next attempt would be due after the task expires, at .* UTC\)$",
+    ):
+        result.get()
 
 
 def test_a_rolled_back_delay_never_runs() -> None:
@@ -346,8 +433,14 @@ def test_an_unknown_id_is_pending() -> None:
     ("options", "message"),
     [
         ({"serializer": "pickle"}, "serializer= is not supported"),
-        ({"expires": 60}, "expires= is not supported"),
         ({"base": object}, "base= is not supported"),
+        (
+            {"expires": later(60)},
+            "expires must be a number of seconds or a timedelta, counted from "
+            "each call",
+        ),
+        ({"expires": 0}, "expires must be more than 0 seconds"),
+        ({"expires": "1h"}, "expires must be a number of seconds"),
         ({"acks_late": False}, "acks_late=False is not supported"),
         ({"max_retry": 3}, "unknown option max_retry="),
         ({"max_retries": -1}, "max_retries must be None or an integer"),
@@ -380,7 +473,6 @@ def test_bind_needs_a_first_parameter() -> None:
     ("options", "message"),
     [
         ({"link": "x"}, "link= is not supported: callbacks"),
-        ({"expires": 60}, "expires= is not supported"),
         ({"task_id": "abc"}, "pass key=... \\(a dedupe key\\)"),
         ({"routing_key": "x"}, "pass queue=... instead"),
         ({"countdwon": 5}, "unknown option countdwon="),

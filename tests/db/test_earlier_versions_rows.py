@@ -72,6 +72,8 @@ def test_a_row_of_an_earlier_version_gets_the_new_columns_defaults(redis_client)
     assert (row.priority, row.worker_ids, row.claim_entry) == (0, [], "")
     # A nullable column: NULL is "no metadata".
     assert row.meta is None
+    # A nullable column with no default (0012): such a row never expires.
+    assert row.expires_at is None
 
 
 def test_a_row_of_an_earlier_version_runs(redis_client):

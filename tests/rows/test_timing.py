@@ -13,7 +13,13 @@ from django_delayq.exceptions import (
     RedisUnavailable,
 )
 from django_delayq.store.backoff import Backoff, retry_pause
-from django_delayq.timing import ceil_ms, resolve_run_at, to_score
+from django_delayq.timing import (
+    ceil_ms,
+    moment_text,
+    resolve_expires_at,
+    resolve_run_at,
+    to_score,
+)
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, 250_400, tzinfo=datetime.UTC)
 
@@ -98,6 +104,47 @@ def test_naive_eta_is_rejected_when_use_tz_is_on(settings):
 def test_eta_must_be_a_datetime(eta):
     with pytest.raises(InvalidSchedule, match="eta= must be a datetime"):
         resolve_run_at(None, eta, now=NOW)
+
+
+def test_a_relative_expiry_counts_from_now_and_a_datetime_is_kept():
+    run_at = resolve_run_at(60, None, now=NOW)
+    assert resolve_expires_at(None, run_at, now=NOW) is None
+    assert resolve_expires_at(90, run_at, now=NOW) == NOW + datetime.timedelta(
+        seconds=90
+    )
+    span = datetime.timedelta(minutes=5, microseconds=7)
+    assert resolve_expires_at(span, run_at, now=NOW) == NOW + span
+    moment = datetime.datetime(2026, 1, 1, 13, 0, 0, 1, tzinfo=datetime.UTC)
+    assert resolve_expires_at(moment, run_at, now=NOW) == moment
+
+
+def test_an_expiry_must_fall_after_the_task_is_due():
+    run_at = resolve_run_at(60, None, now=NOW)
+    # 60 s from now is not after the task is due (60 s from now, rounded up).
+    with pytest.raises(InvalidSchedule, match="it could never run"):
+        resolve_expires_at(60, run_at, now=NOW)
+    # A past eta is due now: an expiry between the two is past already.
+    past = NOW - datetime.timedelta(hours=1)
+    with pytest.raises(InvalidSchedule, match="not after it is due at 2026-01-01T12"):
+        resolve_expires_at(past + datetime.timedelta(minutes=1), past, now=NOW)
+    assert resolve_expires_at(1, past, now=NOW) == NOW + datetime.timedelta(seconds=1)
+
+
+def test_without_use_tz_an_expiry_is_a_naive_local_time(settings):
+    settings.USE_TZ = False
+    settings.TIME_ZONE = "Europe/Paris"
+    now = datetime.datetime(2026, 1, 1, 13, 0)  # naive, local, as Django gives
+    aware = datetime.datetime(2026, 1, 1, 12, 30, tzinfo=datetime.UTC)
+    expires_at = resolve_expires_at(aware, now, now=now)
+    assert expires_at == datetime.datetime(2026, 1, 1, 13, 30)
+    assert moment_text(expires_at) == "2026-01-01 13:30:00"
+
+
+def test_moment_text_is_utc_to_the_millisecond():
+    paris = datetime.timezone(datetime.timedelta(hours=1))
+    moment = datetime.datetime(2026, 11, 29, 11, 0, tzinfo=paris)
+    assert moment_text(moment) == "2026-11-29 10:00:00 UTC"
+    assert moment_text(NOW) == "2026-01-01 12:00:00.250 UTC"
 
 
 def test_retry_pauses_double_up_to_a_cap_even_after_a_long_outage():

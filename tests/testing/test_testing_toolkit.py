@@ -27,6 +27,7 @@ from django_delayq.testing import (
     scheduled,
     test_mode,
 )
+from django_delayq.timing import moment_text
 from tests.testapp.models import Ledger, Order
 from tests.testapp.tasks import reads_meta
 
@@ -316,6 +317,59 @@ def test_run_due_works_under_a_travelled_or_frozen_clock():
         assert [r.task.args for r in run_due(until=in_minutes(2))] == [["next"]]
     row.refresh_from_db()
     assert row.status == Status.SUCCEEDED
+
+
+@test_mode("manual")
+def test_run_due_cancels_a_task_that_expired_before_it_could_run():
+    cancelled: list[DelayedTask] = []
+
+    def on_cancelled(sender: Any, task: DelayedTask, **kwargs: Any) -> None:
+        cancelled.append(task)
+
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        # Run as of their due time, before their expiry: both run.
+        schedule(note, args=["on time"], delay=60, expires=120)
+        assert [r.outcome for r in run_due(until=in_minutes(5))] == ["succeeded"]
+        late = schedule(note, args=["late"], delay=60, expires=120)
+        kept = schedule(note, args=["kept"], delay=90, expires=600)
+        # Nothing ran them until five minutes later.
+        traveller.shift(datetime.timedelta(minutes=5))
+        signals.task_cancelled.connect(on_cancelled)
+        try:
+            ran = run_due()
+        finally:
+            signals.task_cancelled.disconnect(on_cancelled)
+    assert [(r.task.pk, r.outcome) for r in ran] == [
+        (late.pk, "cancelled"),
+        (kept.pk, "succeeded"),
+    ]
+    assert ran[0].error == (
+        f"expired at {moment_text(late.expires_at)}, before it could start"
+    )
+    assert ledger() == ["on time", "kept"]  # its function was not called
+    assert [task.pk for task in cancelled] == [late.pk]
+    late.refresh_from_db()
+    assert (late.status, late.started_at) == (Status.CANCELLED, None)
+
+
+@test_mode("manual")
+def test_run_due_fails_a_task_whose_retry_would_fall_after_its_expiry():
+    with time_machine.travel(timezone.now(), tick=False):
+        # The retry would wait RETRY_BACKOFF (2 s) times 0.5 to 1: 1 s at least.
+        row = schedule(hopeless, expires=1)
+        ran = run_due(until=in_minutes(1))
+    assert [(r.attempt, r.outcome) for r in ran] == [(1, "failed")]
+    assert ran[0].error.startswith(
+        "RuntimeError: never works (not retried: the next attempt would be due "
+        "after the task expires, at "
+    )
+    row.refresh_from_db()
+    assert row.status == Status.FAILED
+    # With time for its retries, the same task retries as usual.
+    key = f"flaky-{time.monotonic_ns()}"
+    schedule(flaky, args=[key, 1], expires=600)
+    ran = run_due(until=in_minutes(5))
+    assert [r.outcome for r in ran] == ["retrying", "succeeded"]
 
 
 def test_run_due_refuses_a_bad_until():

@@ -74,6 +74,8 @@ class Request:
     retries: int = 0
     #: when the task was due
     eta: datetime.datetime | None = None
+    #: when it expires (None: never)
+    expires: datetime.datetime | None = None
     #: the function was called directly, not run by a worker
     called_directly: bool = True
     is_eager: bool = False
@@ -90,6 +92,7 @@ class Request:
             kwargs=dict(row.kwargs),
             retries=max(row.attempts - 1, 0),
             eta=row.run_at,
+            expires=row.expires_at,
             called_directly=False,
             headers=dict(row.meta) if row.meta else None,
         )

@@ -13,6 +13,7 @@ same for ``apply_async()``.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import random
 from collections.abc import Mapping
 from typing import Any
@@ -40,8 +41,6 @@ REFUSED_TASK_OPTIONS: Mapping[str, str] = {
     "throws": "remove throws=...: every failure is logged with its traceback",
     "base": "custom Task classes are not supported; move the behaviour into "
     "the function, or into a signal receiver (django_delayq.signals)",
-    "expires": "django-delayq has no expiry yet; cancel the task (revoke()) "
-    "when it is no longer wanted, or check the time in the task",
     "lazy": "remove it",
     "acks_on_failure_or_timeout": "a failed or timed-out attempt is always "
     "settled (retried or failed, as the task's retry options say); remove "
@@ -76,19 +75,20 @@ MAPPED_TASK_OPTIONS = frozenset(
         "ignore_result",
         "acks_late",
         "atomic",
+        "expires",
     }
 )
 
 #: ``apply_async()`` keyword arguments this module maps (with ``args`` and
 #: ``kwargs``); ``key`` is django-delayq's dedupe key, and ``headers`` the
 #: task's metadata (``meta=``), which ``self.request.headers`` reads.
-CALL_OPTIONS = frozenset({"countdown", "eta", "queue", "priority", "key", "headers"})
+CALL_OPTIONS = frozenset(
+    {"countdown", "eta", "expires", "queue", "priority", "key", "headers"}
+)
 
 #: What to write instead of an ``apply_async()`` option django-delayq cannot
 #: honour.
 REFUSED_CALL_OPTIONS: Mapping[str, str] = {
-    "expires": "django-delayq has no expiry yet; cancel the task (revoke()) "
-    "when it is no longer wanted, or check the time in the task",
     "link": "callbacks are not supported; schedule the next task at the end "
     "of this one",
     "link_error": "error callbacks are not supported; connect a receiver to "
@@ -159,10 +159,11 @@ def max_attempts_of(max_retries: int | None) -> int:
 
 def task_options(
     fn_name: str, given: Mapping[str, Any]
-) -> tuple[dict[str, Any], RetryPolicy, bool, bool]:
+) -> tuple[dict[str, Any], RetryPolicy, bool, bool, float | datetime.timedelta | None]:
     """``@shared_task``'s keyword arguments as ``(options of @task, retry
-    policy, bind, ignore_result)``; raise ``InvalidTaskDefinition`` naming
-    the first option that is refused or wrong."""
+    policy, bind, ignore_result, expires)``; raise ``InvalidTaskDefinition``
+    naming the first option that is refused or wrong. ``expires`` is the
+    default of every call (``apply_async()`` schedules with it)."""
     where = f"@shared_task on {fn_name}"
     for option in given:
         if option in REFUSED_TASK_OPTIONS:
@@ -224,7 +225,13 @@ def task_options(
     }
     if given.get("priority") is not None:
         options["priority"] = given["priority"]
-    return options, policy, bool(given.get("bind")), bool(given.get("ignore_result"))
+    return (
+        options,
+        policy,
+        bool(given.get("bind")),
+        bool(given.get("ignore_result")),
+        _expires(given.get("expires"), where),
+    )
 
 
 def refused_call_option(option: str, task_name: str) -> InvalidArgument:
@@ -238,6 +245,30 @@ def refused_call_option(option: str, task_name: str) -> InvalidArgument:
         f"{where}: unknown option {option}=; it takes args, kwargs, "
         f"{', '.join(sorted(CALL_OPTIONS))}."
     )
+
+
+def _expires(value: Any, where: str) -> float | datetime.timedelta | None:
+    """A task's default expiry: seconds (or a timedelta) from each call."""
+    if value is None:
+        return None
+    expires: float | datetime.timedelta
+    if isinstance(value, datetime.timedelta):
+        expires, seconds = value, value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        expires, seconds = value, float(value)
+    else:
+        # A datetime too: as every call's default, it would refuse every
+        # call made after it.
+        raise InvalidTaskDefinition(
+            f"{where}: expires must be a number of seconds or a timedelta, "
+            f"counted from each call; got {value!r}. To give one call a "
+            f"moment, pass it to apply_async(expires=...)."
+        )
+    if not 0 < seconds < float("inf"):
+        raise InvalidTaskDefinition(
+            f"{where}: expires must be more than 0 seconds (and finite); got {value!r}."
+        )
+    return expires
 
 
 def _rate_limit(value: Any) -> Any:

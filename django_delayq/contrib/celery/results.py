@@ -12,7 +12,7 @@ scheduled after failing   ``RETRY``
 running                   ``STARTED``
 succeeded                 ``SUCCESS``
 failed                    ``FAILURE``
-cancelled                 ``REVOKED``
+cancelled, or expired     ``REVOKED``
 no such row               ``PENDING`` (as Celery says of an unknown id)
 ========================  ===========
 """
@@ -170,8 +170,8 @@ class AsyncResult:
         """Wait until the task has finished and return its value.
 
         A failed task raises its error (its builtin type, such as
-        ``ValueError``, else :class:`TaskFailed`), a cancelled one
-        :class:`TaskRevokedError`; with ``propagate=False`` the error is
+        ``ValueError``, else :class:`TaskFailed`), a cancelled (or expired)
+        one :class:`TaskRevokedError`; with ``propagate=False`` the error is
         returned instead. Past ``timeout`` seconds, :class:`TimeoutError`.
         """
         if disable_sync_subtasks and in_task():
@@ -205,7 +205,7 @@ class AsyncResult:
         error: BaseException = (
             _exception_of(row.last_error)
             if state == FAILURE
-            else TaskRevokedError(f"task {self.id} was cancelled before it ran.")
+            else TaskRevokedError(f"task {self.id} was {_revoked_how(row)}.")
         )
         if propagate:
             raise error
@@ -258,6 +258,19 @@ class AsyncResult:
                 f"get() has no value to return. Use state or successful() to "
                 f"see whether it ran, or drop ignore_result=True."
             )
+
+
+def _revoked_how(row: DelayedTask) -> str:
+    """What ended a cancelled task: its expiry (the worker that claimed it
+    after its ``expires_at`` says so in ``last_error``), or a cancel."""
+    if (
+        row.expires_at is not None
+        and row.finished_at is not None
+        and row.finished_at >= row.expires_at
+        and row.last_error.startswith("expired at ")
+    ):
+        return f"not run: it {row.last_error}"
+    return "cancelled before it ran"
 
 
 def _state_of(row: DelayedTask | None) -> str:

@@ -37,7 +37,7 @@ from typing import (
 from django.utils import timezone
 
 from ... import registry
-from ...exceptions import InvalidArgument, InvalidTaskDefinition
+from ...exceptions import InvalidArgument, InvalidSchedule, InvalidTaskDefinition
 from ...options import FAIL_NOW, NextAttempt, retry_after
 from .attempts import (
     MaxRetriesExceededError,
@@ -63,6 +63,8 @@ class CeleryTask(registry.Task[P, R]):
     policy: RetryPolicy = RetryPolicy()
     bind: bool = False
     ignore_result: bool = False
+    #: Celery's ``expires`` default: seconds (or a timedelta) from each call
+    expires: float | datetime.timedelta | None = None
 
     # -- Celery's attributes -------------------------------------------------
 
@@ -149,9 +151,11 @@ class CeleryTask(registry.Task[P, R]):
     ) -> AsyncResult:
         """Schedule the task: ``countdown=`` seconds from now or at ``eta=``
         (an aware datetime), on ``queue=``, with ``priority=`` (django-delayq's:
-        -100 to 100, higher first), a dedupe ``key=`` and ``headers=`` (the
-        task's metadata, ``meta=``: ``self.request.headers`` in its runs).
-        Written in the caller's transaction, like
+        -100 to 100, higher first), a dedupe ``key=``, ``expires=``
+        (seconds from now or an aware datetime; the task's ``expires`` by
+        default) and ``headers=`` (the task's metadata, ``meta=``:
+        ``self.request.headers`` in its runs). Written in the caller's
+        transaction, like
         :func:`django_delayq.schedule`."""
         for option in options:
             if option not in CALL_OPTIONS:
@@ -164,16 +168,30 @@ class CeleryTask(registry.Task[P, R]):
         countdown = options.get("countdown")
         if isinstance(countdown, int | float) and not isinstance(countdown, bool):
             countdown = max(countdown, 0)  # as Celery: a past moment runs now
-        row = self.schedule(
-            args=list(args or ()),
-            kwargs=kwargs,
-            delay=countdown,
-            eta=options.get("eta"),
-            queue=options.get("queue"),
-            priority=options.get("priority"),
-            key=options.get("key"),
-            meta=options.get("headers"),
-        )
+        # As Celery: an expires= given (None included) replaces the task's.
+        expires = options.get("expires", self.expires)
+        try:
+            row = self.schedule(
+                args=list(args or ()),
+                kwargs=kwargs,
+                delay=countdown,
+                eta=options.get("eta"),
+                expires=expires,
+                queue=options.get("queue"),
+                priority=options.get("priority"),
+                key=options.get("key"),
+                meta=options.get("headers"),
+            )
+        except InvalidSchedule as exc:
+            # Every refusal of an expiry names expires= first; one that came
+            # from the decorator says so, or the call would not show why.
+            if "expires" in options or not str(exc).startswith("expires="):
+                raise
+            raise InvalidSchedule(
+                f"{exc} (expires={self.expires!r} is the default of "
+                f"@shared_task on {self.name}; pass apply_async(expires=...) to "
+                f"give this call another, or expires=None for none)"
+            ) from None
         return AsyncResult(str(row.pk), task=self)
 
     # -- failures ------------------------------------------------------------------
@@ -364,7 +382,7 @@ def shared_task(
                 f"@shared_task on {name}: an async def function is not a Celery "
                 f"task; use django_delayq's @task, which runs coroutines."
             )
-        mapped, policy, bind, ignore_result = task_options(name, options)
+        mapped, policy, bind, ignore_result, expires = task_options(name, options)
         if bind and not _takes_self(fn):
             raise InvalidTaskDefinition(
                 f"@shared_task(bind=True) on {name}: the function must take the "
@@ -378,6 +396,7 @@ def shared_task(
             raise InvalidTaskDefinition(f"{text} (on {name})") from None
         assert isinstance(built, CeleryTask)
         built.policy, built.bind, built.ignore_result = policy, bind, ignore_result
+        built.expires = expires
         registry.register(built)
         return built
 
