@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import tempfile
+from typing import Any
 
 import django
 
@@ -139,7 +140,7 @@ else:
 # keeps the plain prefix in its test run (TEST_KEY_PREFIX): the commands it
 # starts as subprocesses are no test run, and it reads their keys by name.
 # A project's own test run gets a namespace of its own instead.
-DELAYQ = {
+DELAYQ: dict[str, Any] = {
     "REDIS_URL": os.environ.get("DELAYQ_REDIS_URL", "redis://127.0.0.1:1/0"),
     "QUEUES": {"orders": {"shards": 4}, "reports": {}},
     "TEST_KEY_PREFIX": "delayq",
@@ -178,3 +179,12 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"django_delayq": {"handlers": ["console"], "level": "WARNING"}},
 }
+
+# Sentry in the worker processes a test starts, its envelopes written to the
+# file named (tests/contrib/sentry/test_worker_process.py).
+if "DELAYQ_TEST_SENTRY" in os.environ:
+    import sentry_sdk
+
+    from tests.support.sentry import DSN, ToFile
+
+    sentry_sdk.init(dsn=DSN, transport=ToFile(os.environ["DELAYQ_TEST_SENTRY"]))
