@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import importlib.util
+
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
@@ -45,6 +47,7 @@ class DelayQueueConfig(AppConfig):
 
         registry.add_fallback(task_from_setting)
         _install_tasks_backend()
+        _connect_sentry()
 
 
 def _reset_connections(**kwargs: object) -> None:
@@ -52,6 +55,17 @@ def _reset_connections(**kwargs: object) -> None:
         from .store import connection
 
         connection.reset()
+
+
+def _connect_sentry() -> None:
+    """Report to Sentry once it is initialised, when sentry-sdk is installed
+    (as Sentry enables its framework integrations by default): connects
+    receivers that do nothing until then. Costs a look-up otherwise."""
+    if importlib.util.find_spec("sentry_sdk") is None:
+        return
+    from .contrib.sentry.receivers import connect
+
+    connect()
 
 
 def _install_tasks_backend() -> None:

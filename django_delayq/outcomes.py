@@ -64,12 +64,16 @@ def record_failure(
     error: str | None = None,
     trace: str | None = None,
     task: Task[Any, Any] | None = None,
+    raised: bool = True,
 ) -> Verdict:
     """Schedule the next attempt of ``row``, or fail the task.
 
     ``task`` (the registered task that ran) may decide what the failure
     leads to (:meth:`~django_delayq.registry.Task.next_attempt`); without
     a decision, a retry after the backoff while attempts are left.
+
+    ``raised`` is False when ``exc`` only stands for a failure that raised
+    nothing (a worker lost): the signals then carry ``exception=None``.
 
     Runs in the caller's transaction if there is one (a group's), else in
     its own; the log line and signal follow the commit either way.
@@ -78,6 +82,7 @@ def record_failure(
     error = f"{type(exc).__name__}: {exc}" if error is None else error
     trace = traceback.format_exc() if trace is None else trace
     decided = _decision(task, exc, row)
+    exception = exc if raised else None
     if decided is None:
         retrying = attempt < row.max_attempts
         delay = retry_delay(attempt) if retrying else None
@@ -99,7 +104,7 @@ def record_failure(
         )
         run_at = None
     if run_at is None:
-        failed = fail(row, attempt, error, trace, expect=Status.RUNNING)
+        failed = fail(row, attempt, error, trace, expect=Status.RUNNING, exc=exception)
         return Verdict.FAILED if failed else Verdict.FENCED
     db = write_db()
     with transaction.atomic(using=db, savepoint=False):
@@ -114,7 +119,13 @@ def record_failure(
         def report() -> None:
             fields = {"error": repr(error), "retry_at": run_at.isoformat()}
             log_event(logging.WARNING, "retrying", row, **fields)
-            signals.send(signals.task_retried, row, error=error, run_at=run_at)
+            signals.send(
+                signals.task_retried,
+                row,
+                error=error,
+                run_at=run_at,
+                exception=exception,
+            )
 
         transaction.on_commit(report, using=db)
     return Verdict.RETRYING
@@ -151,12 +162,19 @@ def _decision(
 
 
 def fail(
-    row: DelayedTask, attempt: int, error: str, trace: str, *, expect: str
+    row: DelayedTask,
+    attempt: int,
+    error: str,
+    trace: str,
+    *,
+    expect: str,
+    exc: BaseException | None = None,
 ) -> bool:
     """Mark the task failed, fenced on ``expect`` status and the attempt.
 
     The log line and ``task_failed`` follow the commit (at once outside a
-    transaction).
+    transaction); the signal carries ``exc``, the exception the attempt
+    raised (None when nothing raised: a worker lost).
     """
     db = write_db()
     if not transitions.fail(row, attempt, error, trace, expect=expect, using=db):
@@ -166,7 +184,7 @@ def fail(
 
     def report() -> None:
         log_event(logging.ERROR, "failed", row, trace=trace, error=repr(error))
-        signals.send(signals.task_failed, row, error=error)
+        signals.send(signals.task_failed, row, error=error, exception=exc)
 
     transaction.on_commit(report, using=db)
     return True

@@ -6,8 +6,10 @@ Every signal is sent with ``sender=DelayedTask`` and ``task=<the row>``:
   scheduled or cancelled the task commits, in the process that did it;
 * ``task_started`` - in the worker, after the task is claimed;
 * ``task_succeeded`` (also ``result=``), ``task_retried`` (also ``error=``,
-  ``run_at=``), ``task_failed`` (also ``error=``) - in the worker, after the
-  outcome is committed.
+  ``run_at=``, ``exception=``), ``task_failed`` (also ``error=``,
+  ``exception=``) - in the worker, after the outcome is committed.
+  ``exception`` is the exception the attempt raised, with its traceback,
+  or None when nothing raised (a worker lost).
 
 Five more are sent by the machinery rather than for one task, each with the
 sender and keyword arguments given:

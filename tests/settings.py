@@ -179,3 +179,12 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"django_delayq": {"handlers": ["console"], "level": "WARNING"}},
 }
+
+# Sentry in the worker processes a test starts, its envelopes written to the
+# file named (tests/contrib/sentry/test_worker_process.py).
+if "DELAYQ_TEST_SENTRY" in os.environ:
+    import sentry_sdk
+
+    from tests.support.sentry import DSN, ToFile
+
+    sentry_sdk.init(dsn=DSN, transport=ToFile(os.environ["DELAYQ_TEST_SENTRY"]))

@@ -155,6 +155,7 @@ def rescue(
             error=error,
             trace="",
             task=registered_task(rows[pk]),
+            raised=False,
         )
     # A row not handed back was taken over meanwhile: the entry is stale.
     settled = [*held.values(), *charged.values(), *finished]

@@ -94,7 +94,7 @@ def refuse(row: DelayedTask, exc: Exception) -> bool:
     """
     error = f"{type(exc).__name__}: {exc}"
     trace = "".join(traceback.format_exception_only(exc))
-    return fail(row, row.attempts, error, trace, expect=Status.RUNNING)
+    return fail(row, row.attempts, error, trace, expect=Status.RUNNING, exc=exc)
 
 
 def time_limit_of(registered: registry.Task[Any, Any]) -> float | None:

@@ -72,6 +72,7 @@ def _settle(client: Client, stuck: Stuck) -> None:
             error=error,
             trace="",
             task=registered_task(row),
+            raised=False,
         )
         with transaction.atomic(using=db):
             handed = transitions.hand_back([copy.copy(r) for r in stuck.held], db)
