@@ -25,7 +25,7 @@ from asgiref.sync import sync_to_async
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from . import registry, signals, transitions
+from . import registry, signals, tracing, transitions
 from .changes import acancel, areschedule, aretry, cancel, reschedule, retry
 from .conf import get_settings
 from .conf.middleware import ScheduleHook, get_middleware
@@ -359,6 +359,10 @@ def _prepare(
         get_middleware().schedule_hooks if memo is None else memo.schedule_hooks,
     )
     task_id = uuid7()
+    if tracing.ENABLED:
+        meta = tracing.created(
+            meta, name=target.name, queue=target.queue, task_id=task_id
+        )
     return new_row(
         {
             "id": task_id,

@@ -188,3 +188,18 @@ if "DELAYQ_TEST_SENTRY" in os.environ:
     from tests.support.sentry import DSN, ToFile
 
     sentry_sdk.init(dsn=DSN, transport=ToFile(os.environ["DELAYQ_TEST_SENTRY"]))
+
+# OpenTelemetry's SDK in the worker processes a test starts, its spans
+# written to the file named (tests/tracing/test_worker_process.py).
+if "DELAYQ_TEST_OTEL" in os.environ:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from tests.support.otel import ToFile
+
+    _provider = TracerProvider()
+    _provider.add_span_processor(
+        SimpleSpanProcessor(ToFile(os.environ["DELAYQ_TEST_OTEL"]))
+    )
+    trace.set_tracer_provider(_provider)

@@ -71,6 +71,7 @@ LAYERS: list[tuple[str, str, tuple[str, ...]]] = [
             "django_delayq.outcomes",
             "django_delayq.outbox",
             "django_delayq.ownership",
+            "django_delayq.tracing",
             "django_delayq.api",
         ),
     ),

@@ -169,6 +169,7 @@ VENDOR_INDEPENDENT_TESTS=(
     tests/contrib/test_log_context.py
     tests/contrib/test_log_redaction.py
     tests/contrib/sentry
+    tests/tracing
     tests/dispatcher/test_dispatcher.py
     tests/docs/test_claims_on_servers.py
     tests/docs/test_examples.py

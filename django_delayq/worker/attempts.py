@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from .. import registry
+from .. import registry, tracing
 from ..conf import get_settings
 from ..conf.middleware import get_middleware, innermost
 from ..exceptions import (
@@ -174,6 +174,11 @@ def run_attempt(
     # and a line logged during the run builds it only if it asks.
     token = _current.set((registered, row, limit))
     try:
+        if tracing.ENABLED and tracing.recording():
+            with tracing.processing(row):
+                if handler is innermost:
+                    return registered.run_attempt(row, limit)
+                return handler(_run_of(registered, row, limit))
         if handler is innermost:
             return registered.run_attempt(row, limit)
         return handler(_run_of(registered, row, limit))
