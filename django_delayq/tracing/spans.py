@@ -88,17 +88,27 @@ if ENABLED:
         _version = None
     # A proxy until the project sets its provider, then the provider's.
     _tracer = trace.get_tracer(INSTRUMENTATION, _version)
+    _SILENT_PROVIDERS = (ProxyTracerProvider, NoOpTracerProvider)
+
+_provider_set = False
 
 
 def recording() -> bool:
     """Whether a span could be recorded: the project set a tracer provider
     up (the SDK's, or another). Until it does, OpenTelemetry's default
     hands out spans that record nothing, and building them, their context
-    and their attributes for every task would be for nothing."""
-    if not isinstance(_tracer, ProxyTracer):
+    and their attributes for every task would be for nothing. A provider,
+    once set, stays (OpenTelemetry sets the global one once), so the answer
+    is kept from then on."""
+    global _provider_set
+    if _provider_set:
+        return True
+    if not isinstance(_tracer, ProxyTracer):  # a tracer given outright
         return not isinstance(_tracer, NoOpTracer)
-    provider = trace.get_tracer_provider()
-    return not isinstance(provider, ProxyTracerProvider | NoOpTracerProvider)
+    if isinstance(trace.get_tracer_provider(), _SILENT_PROVIDERS):
+        return False
+    _provider_set = True
+    return True
 
 
 def _attributes(
