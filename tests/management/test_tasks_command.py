@@ -85,6 +85,14 @@ def test_each_filter_selects_its_tasks(redis_client):
     assert ids("--key", "reminder:") == {str(a.pk), str(b.pk)}
     assert ids("--key", "reminder:ab") == {str(b.pk)}
     assert ids("--key", "reminder:AB") == set()
+    # LIKE's wildcards in a prefix are plain characters.
+    e = schedule(add, delay=60, args=[3, 3], key="x%_1")
+    f = schedule(add, delay=60, args=[4, 4], key="xab1")
+    assert ids("--key", "x%_") == {str(e.pk)}
+    assert ids("--key", "x") == {str(e.pk), str(f.pk)}
+    for task in (e, f):
+        changes.cancel(task)
+        DelayedTask.objects.filter(pk=task.pk).delete()
     # --after includes its moment, --before excludes it (both on run_at).
     due_b = refresh(b).run_at
     assert ids("--after", due_b.isoformat()) == {str(b.pk), str(c.pk)}
