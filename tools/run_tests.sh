@@ -150,6 +150,7 @@ VENDOR_TESTS=(
     tests/contrib/test_celery_beat_import.py
     tests/acceptance/commands/test_commands.py
     tests/acceptance/commands/test_middleware_processes.py
+    tests/management/test_tasks_command.py
 )
 # Tests that use the database but whose outcome it does not decide: they
 # validate input before any SQL, or exercise Redis, settings, logging or a

@@ -43,6 +43,9 @@ ACTION_LIMIT = 1000
 LISTED = 100
 #: The most refusals reported one by one.
 REPORTED = 5
+#: The ``delayq_tasks`` action that applies an admin action to any number
+#: of tasks, in batches, outside a request.
+COMMANDS = {CANCEL.name: "cancel", RUN_NOW.name: "run-now", RETRY.name: "retry"}
 
 
 def allowed(
@@ -132,13 +135,15 @@ def perform(
             ngettext(
                 "%(left)d more selected task was not handled: an action "
                 "handles at most %(limit)d tasks at a time. Run it again for "
-                "the rest.",
+                "the rest, or run manage.py delayq_tasks %(command)s with "
+                "filters for all of them at once.",
                 "%(left)d more selected tasks were not handled: an action "
                 "handles at most %(limit)d tasks at a time. Run it again for "
-                "the rest.",
+                "the rest, or run manage.py delayq_tasks %(command)s with "
+                "filters for all of them at once.",
                 left,
             )
-            % {"left": left, "limit": ACTION_LIMIT},
+            % {"left": left, "limit": ACTION_LIMIT, "command": COMMANDS[action.name]},
             messages.WARNING,
         )
     if done:
@@ -210,8 +215,10 @@ def _confirmation(
     ) % {"count": others}
     over_limit = _(
         "Only the first %(limit)d are handled now: an action handles at most "
-        "%(limit)d tasks at a time. Run it again for the rest."
-    ) % {"limit": ACTION_LIMIT}
+        "%(limit)d tasks at a time. Run it again for the rest, or run "
+        "manage.py delayq_tasks %(command)s with filters for all of them at "
+        "once."
+    ) % {"limit": ACTION_LIMIT, "command": COMMANDS[action.name]}
     context = {
         **model_admin.admin_site.each_context(request),
         "title": action.title,

@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_delayq import schedule
+from django_delayq.admin import actions
 from django_delayq.models import DelayedTask, OutboxEntry, Status
 from django_delayq.outbox import replay_outbox
 from django_delayq.store import connection as redis_connection
@@ -449,6 +450,26 @@ def test_select_all_across_pages_acts_on_the_filtered_list(admin_client, redis_c
     admin_client.post(url, {**data, "post": "yes"})
     assert all(refresh(t).status == Status.CANCELLED for t in orders)
     assert refresh(other).status == Status.SCHEDULED
+
+
+def test_a_selection_over_the_limit_points_to_the_command(
+    admin_client, redis_client, monkeypatch
+):
+    monkeypatch.setattr(actions, "ACTION_LIMIT", 2)
+    tasks = [schedule(add, args=[i, i], delay=600) for i in range(3)]
+    data = {
+        "action": "run_tasks_now",
+        "_selected_action": [str(tasks[0].pk)],
+        "select_across": "1",
+    }
+    confirm = admin_client.post(reverse(CHANGELIST), data)
+    assert "or run manage.py delayq_tasks run-now with filters" in text(confirm)
+    done = admin_client.post(reverse(CHANGELIST), {**data, "post": "yes"}, follow=True)
+    assert (
+        "1 more selected task was not handled: an action handles at most 2 "
+        "tasks at a time. Run it again for the rest, or run manage.py "
+        "delayq_tasks run-now with filters for all of them at once."
+    ) in text(done)
 
 
 def test_a_task_page_button_confirms_then_acts_and_returns_to_the_task(
