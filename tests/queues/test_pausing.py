@@ -231,3 +231,45 @@ def test_an_option_or_name_out_of_place_is_refused(
     with pytest.raises(CommandError, match=f"^{re.escape(error)}$"):
         command(*args)
     assert not PausedQueue.objects.exists()
+
+
+def test_status_shows_a_paused_queue_and_does_not_count_its_tasks_overdue(
+    redis_client: redis.Redis,
+) -> None:
+    from django_delayq.status import Paused, collect
+
+    pause_queue("reports", by="ops", reason="a migration")
+    eta = timezone.now() - datetime.timedelta(minutes=5)
+    schedule(record, args=["waits"], queue="reports", eta=eta)
+    report = collect()
+    assert report.overdue == 0
+    [paused] = report.paused
+    assert paused == Paused("reports", paused.paused_at, "ops", "a migration", 1)
+    out = io.StringIO()
+    with pytest.raises(SystemExit):
+        call_command("delayq_status", stdout=out)
+    [line] = [x for x in out.getvalue().splitlines() if x.startswith("Paused:")]
+    assert line.startswith("Paused: queue reports since ")
+    assert line.endswith(" by ops (a migration); 1 task(s) due wait for its resume")
+
+    resume_queue("reports")
+    report = collect()
+    assert report.overdue == 1
+    assert report.paused == []
+
+
+def test_the_paused_gauge(redis_client: redis.Redis) -> None:
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    from django_delayq.metrics.collector import BacklogCollector
+    from tests.support.metrics_scrape import parse, value
+
+    pause_queue("reports")
+    registry = CollectorRegistry()
+    registry.register(BacklogCollector())
+    samples = parse(generate_latest(registry).decode())
+    assert value(samples, "delayq_queue_paused", queue="reports") == 1
+    assert value(samples, "delayq_queue_paused", queue="orders") == 0
+    assert value(samples, "delayq_queue_paused", queue="default") == 0
