@@ -18,8 +18,11 @@ __all__ = [
     "aschedule_many",
     "cancel",
     "current_run",
+    "pause_queue",
+    "paused_queues",
     "periodic",
     "reschedule",
+    "resume_queue",
     "retry",
     "schedule",
     "schedule_many",
@@ -40,12 +43,16 @@ if TYPE_CHECKING:
         schedule,
         schedule_many,
     )
+    from .queues import pause_queue, paused_queues, resume_queue
     from .recurring import periodic
     from .registry import task
     from .worker.attempts import current_run
 
+#: What is imported from :mod:`django_delayq.queues` on first use.
+_QUEUES = frozenset({"pause_queue", "paused_queues", "resume_queue"})
+
 #: What is imported from :mod:`django_delayq.api` on first use.
-_API = frozenset(__all__) - {"current_run", "periodic", "task"}
+_API = frozenset(__all__) - {"current_run", "periodic", "task"} - _QUEUES
 
 
 def __getattr__(name: str) -> Any:
@@ -68,6 +75,10 @@ def __getattr__(name: str) -> Any:
         from .worker.attempts import current_run
 
         return current_run
+    if name in _QUEUES:
+        from . import queues
+
+        return getattr(queues, name)
     if name in _API:
         from . import api
 

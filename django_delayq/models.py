@@ -473,6 +473,30 @@ class RuntimeSchedule(models.Model):
         return self.name
 
 
+class PausedQueue(models.Model):
+    """A queue paused by an operator: no worker claims its tasks until the
+    row is deleted (``delayq_queue resume``).
+
+    The row is the truth; ``<prefix>:paused`` in Redis mirrors it for the
+    workers' cheap check (see :mod:`django_delayq.queues`). The queue's
+    tasks stay scheduled and fall due as usual: paused, they wait in its
+    ready streams.
+    """
+
+    name = models.CharField(_("queue"), max_length=64, unique=True)
+    paused_at = models.DateTimeField(_("paused at"), default=timezone.now)
+    paused_by = models.CharField(_("paused by"), max_length=150, blank=True)
+    reason = models.CharField(_("reason"), max_length=200, blank=True)
+
+    class Meta:
+        verbose_name = _("paused queue")
+        verbose_name_plural = _("paused queues")
+        ordering = ("name",)
+
+    def __str__(self) -> str:
+        return self.name
+
+
 def write_db() -> str:
     """The database of every django-delayq row and transaction: the one the
     router names for writing :class:`DelayedTask`, never a replica, which

@@ -12,6 +12,9 @@ round trips), judged:
   intervals, a periodic schedule behind (see :mod:`.recurring.overview`);
 * **healthy** (0) otherwise.
 
+A paused queue (``delayq_queue pause``) is shown, as information, with its
+tasks due meanwhile; those are not counted overdue: they wait by design.
+
 Tasks that failed in the last hour are shown, as information: a task that
 ran out of attempts is the application's to look at, not the queue's.
 
@@ -39,7 +42,7 @@ from .conf import get_settings
 from .exceptions import RedisUnavailable
 from .limits.groups import limited_queues
 from .limits.usage import LimitState, limit_states
-from .models import DelayedTask, OutboxEntry, Status, read_db
+from .models import DelayedTask, OutboxEntry, PausedQueue, Status, read_db
 from .recurring.overview import (
     BEHIND_AFTER,
     ScheduleState,
@@ -93,6 +96,16 @@ class Periodic:
 
 
 @dataclass
+class Paused:
+    queue: str
+    paused_at: str | None
+    paused_by: str
+    reason: str
+    #: its tasks due now, waiting for the resume
+    due: int
+
+
+@dataclass
 class Report:
     level: int = HEALTHY
     problems: list[str] = field(default_factory=list)
@@ -114,6 +127,8 @@ class Report:
     waiting_for_limits: int = 0
     #: each limit's use (see django_delayq.limits.usage)
     limits: list[LimitState] = field(default_factory=list)
+    #: the paused queues (see django_delayq.queues)
+    paused: list[Paused] = field(default_factory=list)
 
     @property
     def state(self) -> str:
@@ -167,8 +182,25 @@ def _read_database(
             report.failed_last_hour = rows.filter(
                 status=Status.FAILED, finished_at__gte=now - FAILED_WINDOW
             ).count()
+        paused = list(PausedQueue.objects.using(db).order_by("name")[:limit])
         # Both on the (status, run_at) index.
         late = rows.overdue(by=now, grace=threshold)
+        if paused:  # their tasks wait by design
+            late = late.exclude(queue__in=[p.name for p in paused])
+        waiting_paused = (
+            {
+                queue: n
+                for queue, n in rows.filter(
+                    status=Status.SCHEDULED,
+                    run_at__lte=now,
+                    queue__in=[p.name for p in paused],
+                )
+                .values_list("queue")
+                .annotate(n=Count("pk"))
+            }
+            if paused and not probe
+            else {}
+        )
         overdue = _count(late, limit)
         waiting = _count(rows.waiting_for_limits(by=now), limit)
         oldest = late.order_by("run_at").values_list("run_at", flat=True).first()
@@ -191,6 +223,16 @@ def _read_database(
         report.flag(DOWN, f"the database does not answer ({type(exc).__name__})")
         return
     report.overdue, report.outbox = overdue, outbox
+    report.paused = [
+        Paused(
+            p.name,
+            _iso(p.paused_at),
+            p.paused_by,
+            p.reason,
+            waiting_paused.get(p.name, 0),
+        )
+        for p in paused
+    ]
     report.waiting_for_limits = waiting
     report.oldest_overdue = _iso(oldest)
     report.oldest_outbox = _iso(oldest_outbox)

@@ -73,6 +73,7 @@ LAYERS: list[tuple[str, str, tuple[str, ...]]] = [
             "django_delayq.ownership",
             "django_delayq.tracing",
             "django_delayq.api",
+            "django_delayq.queues",
         ),
     ),
     (

@@ -143,6 +143,7 @@ VENDOR_TESTS=(
     tests/reporting/test_metrics_collector.py
     tests/sweeper/test_sweeper.py
     tests/sweeper/test_redis_loss.py
+    tests/queues
     tests/limits/test_admission.py
     tests/testing/test_testing_toolkit.py
     tests/store/test_key_prefix_owner.py

@@ -4,8 +4,9 @@ A Prometheus custom collector: nothing is read between scrapes, so a
 process serving metrics sends Redis no command of its own while nobody
 scrapes it. One scrape costs one Redis pipeline
 (:func:`~django_delayq.store.stats.snapshot`, what ``delayq_status`` and
-the dashboard read too) and four database queries (two grouped, and the
-periodic schedules' overview), whatever the number of shards.
+the dashboard read too) and five database queries (two grouped, the paused
+queues, and the periodic schedules' overview), whatever the number of
+shards.
 
 When a store does not answer, its gauges are left out and
 ``delayq_up{store=...}`` is 0: an alert on that is more telling than a
@@ -31,7 +32,7 @@ from ..conf.limits import PERIODS_MS
 from ..exceptions import RedisUnavailable
 from ..limits.groups import limited_queues
 from ..limits.usage import limit_states
-from ..models import DelayedTask, OutboxEntry, overdue_by, read_db
+from ..models import DelayedTask, OutboxEntry, PausedQueue, overdue_by, read_db
 from ..recurring.overview import STATES, declared_names, schedule_states
 from ..store import stats
 from ..store.connection import get_client
@@ -58,6 +59,10 @@ GAUGES = {
     ),
     "delayq_outbox_backlog": "Outbox entries waiting for a replay into Redis.",
     "delayq_outbox_oldest_seconds": "Age of the oldest outbox entry (0: empty).",
+    "delayq_queue_paused": (
+        "1 while the queue is paused (delayq_queue pause): its due tasks wait, "
+        "and count in the overdue backlog."
+    ),
 }
 
 #: name -> (help, labels), for the periodic schedules' gauges.
@@ -220,6 +225,7 @@ class BacklogCollector(Collector):
             schedules = schedule_states(
                 now, declared_names=declared_names(db), using=db
             )
+            paused = set(PausedQueue.objects.using(db).values_list("name", flat=True))
         except DatabaseError:
             for name in _DATABASE_GAUGES:
                 del families[name]
@@ -227,6 +233,8 @@ class BacklogCollector(Collector):
         finally:
             if self.close_connections:
                 connections[db].close()
+        for queue in sorted(set(queues) | paused):
+            families["delayq_queue_paused"].add_metric([queue], int(queue in paused))
         for queue in sorted(set(queues) | set(due) | set(outbox)):
             overdue, oldest_due = due.get(queue, (0, None))
             entries, oldest_entry = outbox.get(queue, (0, None))
@@ -261,6 +269,7 @@ _DATABASE_GAUGES = (
     "delayq_oldest_due_seconds",
     "delayq_outbox_backlog",
     "delayq_outbox_oldest_seconds",
+    "delayq_queue_paused",
     *PERIODIC_GAUGES,
 )
 

@@ -20,8 +20,9 @@ the same keys and those of its limits (see ``lua/limits.lua``).
 
 and, per prefix, ``<prefix>:owner`` (see :mod:`django_delayq.ownership`),
 ``<prefix>:workers`` (:func:`workers_key`), ``<prefix>:sweeper`` (the sweep
-lock, :func:`sweeper_lock_key`) and ``<prefix>:sweepers``
-(:func:`sweepers_key`).
+lock, :func:`sweeper_lock_key`), ``<prefix>:sweepers``
+(:func:`sweepers_key`) and ``<prefix>:paused`` (the paused queues,
+:func:`paused_key`).
 
 A member is the task id's 16 raw bytes: the smallest unique encoding, which
 keeps Redis memory per scheduled task low. Each band has its own due-set, so
@@ -149,6 +150,14 @@ def workers_key(prefix: str) -> str:
     for liveness: Redis' own idle time of a consumer grows while it blocks
     waiting for work, so it cannot tell an idle worker from a dead one."""
     return f"{prefix}:workers"
+
+
+def paused_key(prefix: str) -> str:
+    """The HASH mirroring the paused queues' rows, for the workers' check:
+    queue name -> paused_at (epoch ms), with the fields of
+    ``lua/paused.lua``. One key of its own: every command names it alone,
+    so it lives in one slot of a Redis Cluster like any key."""
+    return f"{prefix}:paused"
 
 
 def dispatchers_key(prefix: str, queues: list[str]) -> str:

@@ -2,7 +2,9 @@
 
 One pass, in order:
 
-1. replay the outbox (Redis writes that failed after a commit);
+1. replay the outbox (Redis writes that failed after a commit), and make
+   the paused queues' mirror say what their rows say (a pause whose Redis
+   write failed, a mirror Redis lost: :mod:`django_delayq.queues`);
 2. reconcile a moving window: every ``scheduled`` row due before now +
    ``RECONCILE_HORIZON`` (overdue ones included) that is in neither its
    due-set nor its ready stream is indexed again: this repairs a process

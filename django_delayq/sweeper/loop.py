@@ -24,6 +24,7 @@ from ..limits.groups import limited_queues, shard_numbers
 from ..models import DelayedTask, Status, write_db
 from ..outbox import replay_outbox
 from ..ownership import check_prefix_if_reachable
+from ..queues import mirror
 from ..reconcile.reads import read_in_run_at_order
 from ..reconcile.rebuild import restore_slots
 from ..reconcile.shard import Repairs, ShardRows, Window, repair_shard
@@ -201,6 +202,7 @@ class Sweeper:
             # project's entries all look like ghosts (django_delayq.ownership).
             check_prefix_if_reachable()
             result.replayed = self._replay(now)
+            mirror(client)
             self._reconcile(client, now, result)
             self._prune(now, result)
         except _LockLost:

@@ -9,6 +9,10 @@ cost their task nothing if the worker stops: :meth:`InFlight.hand_back`
 returns them to the stream for the other workers at once. The backlog is
 kept by priority band: a thread takes the highest band's entries first, in
 the order they were read.
+
+Entries of a paused queue (:mod:`django_delayq.queues`) are *held*: kept
+in flight and heartbeated, out of the backlog, until a take finds their
+queue running again and puts them back at the front of their band.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ class InFlight:
         self._owners: dict[str, dict[bytes, str]] = {s: {} for s in stream_names}
         #: entries read and not started, one deque per band, highest first
         self._backlog = _bands()
+        #: entries of paused queues, in the order they were read
+        self._held: list[streams.Entry] = []
         self._lock = threading.Lock()
         #: notified when entries join the backlog
         self._arrived = threading.Condition(self._lock)
@@ -44,26 +50,50 @@ class InFlight:
             for entry in entries:
                 self._owners[entry.stream][entry.entry_id] = consumer
 
-    def take(self, count: int) -> list[streams.Entry]:
+    def take(
+        self, count: int, paused: frozenset[str] = frozenset()
+    ) -> list[streams.Entry]:
         """Up to ``count`` entries from the backlog, highest band first and
-        oldest first within a band."""
+        oldest first within a band; none of the ``paused`` streams (those
+        are held, see :meth:`hold_back`)."""
         with self._lock:
-            return self._pop(count)
+            return self._pop(count, paused)
 
-    def _pop(self, count: int) -> list[streams.Entry]:
+    def _pop(self, count: int, paused: frozenset[str]) -> list[streams.Entry]:
+        self._unhold(paused)
         taken: list[streams.Entry] = []
         for band in self._backlog:
             while band and len(taken) < count:
-                taken.append(band.popleft())
+                entry = band.popleft()
+                (self._held if entry.stream in paused else taken).append(entry)
         return taken
 
-    def take_arriving(self, count: int, timeout: float) -> list[streams.Entry]:
+    def _unhold(self, paused: frozenset[str]) -> None:
+        """Put the held entries of resumed queues back, at the front: they
+        were read before anything in the backlog now."""
+        if not self._held:
+            return
+        resumed = [e for e in self._held if e.stream not in paused]
+        self._held = [e for e in self._held if e.stream in paused]
+        for entry in reversed(resumed):
+            self._backlog[stream_rank(entry.stream)].appendleft(entry)
+
+    def take_arriving(
+        self, count: int, timeout: float, paused: frozenset[str] = frozenset()
+    ) -> list[streams.Entry]:
         """Like :meth:`take`, but wait up to ``timeout`` seconds for entries
-        when the backlog is empty (see :mod:`django_delayq.worker.readers`)."""
+        when it finds none (see :mod:`django_delayq.worker.readers`)."""
         with self._arrived:
-            if not any(self._backlog):
-                self._arrived.wait(timeout)
-            return self._pop(count)
+            if taken := self._pop(count, paused):
+                return taken
+            self._arrived.wait(timeout)
+            return self._pop(count, paused)
+
+    def hold_back(self, entries: Iterable[streams.Entry]) -> None:
+        """Keep entries of paused queues, read but not to be started yet
+        (held in flight, heartbeated, until their queue is resumed)."""
+        with self._lock:
+            self._held.extend(entries)
 
     def waiting(self) -> int:
         """How many entries the backlog holds."""
@@ -106,7 +136,8 @@ class InFlight:
         """Give entries read but not started back to the other workers now."""
         with self._lock:
             left = [entry for band in self._backlog for entry in band]
-            self._backlog = _bands()
+            left += self._held
+            self._backlog, self._held = _bands(), []
         self.release(left)
         # A reclaimed entry stays pending (and is reclaimed again): only its
         # own delivery may take its attempt over.

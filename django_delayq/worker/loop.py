@@ -9,6 +9,11 @@ task's outcome is committed; if the worker dies first, another reclaims it
 when idle for ``VISIBILITY_TIMEOUT``
 (:class:`~django_delayq.worker.readers.Reclaimer`), so the main thread
 heartbeats the entries in flight (:mod:`django_delayq.worker.inflight`).
+
+A paused queue (:mod:`django_delayq.queues`) is left out of the reads, and
+what was read of it before the pause was seen is held, not started: every
+read round asks :class:`~django_delayq.queues.PauseWatch`, which reads
+Redis at most twice a second.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from ..exceptions import RedisUnavailable, WorkerStuck
 from ..ids import process_name
 from ..limits.groups import limited_queues, shard_numbers
 from ..limits.slots import Slots
+from ..queues import PauseWatch
 from ..store import streams
 from ..store.backoff import Backoff
 from ..store.connection import BlockingReads, Client, get_client
@@ -53,6 +59,10 @@ DEFAULT_PREFETCH = 4
 #: How long a read blocks on the server: also how long a graceful stop may
 #: wait for an idle thread to notice it.
 READ_BLOCK_MS = 5000
+
+#: How long a read blocks while a queue of the worker is paused: a resume
+#: is seen this soon by a thread blocked on the other queues' streams.
+PAUSED_READ_BLOCK_MS = 1000
 
 #: How often the main thread looks for tasks past their time limit.
 WATCH_INTERVAL = 0.25
@@ -135,6 +145,9 @@ class Worker:
         self.shards = [k.ready_bands for k in keys]
         self.streams = [stream for bands in self.shards for stream in bands]
         self.dead = {stream: k.dead for k in keys for stream in k.ready_bands}
+        #: each ready stream's queue, for the pauses
+        self._queue_of = {stream: k.queue for k in keys for stream in k.ready_bands}
+        self._pauses = PauseWatch(get_client("loop"), [q.name for q in self.queues])
         self.stats = WorkerStats()
         self._stats_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -162,6 +175,7 @@ class Worker:
                 block_ms=READ_BLOCK_MS,
                 reads=self._reads,
                 lost=self._lost,
+                paused=self._paused_streams,
             )
             if settings.cluster
             else None
@@ -195,6 +209,8 @@ class Worker:
         if not once:  # a one-off pass is not a worker to watch
             heartbeat.alive(client)
             self._heartbeat = heartbeat
+        # Known before any thread reads: none starts a paused queue's task.
+        self._pauses.paused()
         logger.info(
             "worker %s: %d thread(s) on %s",
             self.name,
@@ -380,33 +396,62 @@ class Worker:
             return []
         entries: list[streams.Entry] = []
         try:
-            entries = self._in_flight.take(size)
+            paused = self._paused_streams()
+            entries = self._in_flight.take(size, paused)
             if entries and self._readers is not None:
                 self._readers.made_room()
             if not entries:
                 read = self._reclaimer.take(client, consumer)
                 self._count("reclaimed", len(read))
                 if not read and self._readers is not None and not once:
-                    entries = self._in_flight.take_arriving(size, READ_BLOCK_MS / 1000)
+                    arrived = self._in_flight.take_arriving(
+                        size, READ_BLOCK_MS / 1000, paused
+                    )
                     self._readers.made_room()
+                    # Asked again after the wait, as after a read below.
+                    paused = self._paused_streams()
+                    self._in_flight.hold_back(e for e in arrived if e.stream in paused)
+                    entries = [e for e in arrived if e.stream not in paused]
                     return entries
                 if not read:
+                    shards = [bands for bands in self.shards if bands[0] not in paused]
+                    if not shards:  # every queue of this worker is paused
+                        if not once:
+                            self._stopping.wait(PAUSED_READ_BLOCK_MS / 1000)
+                        return []
                     read = read_now(
                         client,
                         consumer,
-                        self.shards,
+                        shards,
                         count=max(self.prefetch, size),
-                        block_ms=None if once else READ_BLOCK_MS,
+                        block_ms=(
+                            None
+                            if once
+                            else PAUSED_READ_BLOCK_MS
+                            if paused
+                            else READ_BLOCK_MS
+                        ),
                         one_at_a_time=self._readers is not None,
                         reads=self._reads,
                         lost=self._lost,
                     )
                 self._in_flight.hold(read, consumer)
+                # Again after the read, which may have blocked for seconds:
+                # what a queue paused meanwhile brought is held, not started.
+                paused = self._paused_streams()
+                self._in_flight.hold_back(e for e in read if e.stream in paused)
+                read = [e for e in read if e.stream not in paused]
                 self._in_flight.wait(read[size:])
                 entries = read[:size]
             return entries
         finally:
             self._quota.give_back(size - len(entries))
+
+    def _paused_streams(self) -> frozenset[str]:
+        """The ready streams of this worker's paused queues."""
+        if not (paused := self._pauses.paused()):
+            return frozenset()
+        return frozenset(s for s, q in self._queue_of.items() if q in paused)
 
     def _lost(self) -> None:
         """Redis may have lost data (an error, or a read it ended): have the

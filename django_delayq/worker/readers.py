@@ -142,6 +142,8 @@ class StreamReaders:
     :param batch: how many entries a read takes at most, asked before each
         read (the next group's size, or the prefetch if more).
     :param backlog_limit: the backlog length at which readers stop reading.
+    :param paused: the ready streams of the paused queues, which are not
+        read (asked before each read).
     """
 
     def __init__(
@@ -156,8 +158,10 @@ class StreamReaders:
         block_ms: int,
         reads: BlockingReads,
         lost: Callable[[], None],
+        paused: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         self.in_flight = in_flight
+        self.paused = paused
         self.stopping = stopping
         self.batch = batch
         self.backlog_limit = backlog_limit
@@ -206,6 +210,10 @@ class StreamReaders:
                 if self.in_flight.waiting() >= self.backlog_limit():
                     self._room.wait(self.block_ms / 1000)
                 continue
+            if bands[0] in self.paused():
+                # Its queue is paused: looked at again soon, read nothing.
+                self.stopping.wait(PAUSED_WAIT)
+                continue
             try:
                 read = read_bands(
                     client,
@@ -224,6 +232,9 @@ class StreamReaders:
                 self.in_flight.hold(read, consumer)
                 self.in_flight.wait(read)
 
+
+#: How often a reader of a paused queue's shard looks for its resume.
+PAUSED_WAIT = 1.0
 
 #: Entries taken over at most per scan of one stream.
 RECLAIM_BATCH = 10

@@ -70,10 +70,10 @@ FOLDER_LIMIT = 12
 #: Folders allowed more, and why.
 LARGER_FOLDERS = {
     "django_delayq/store": (
-        18,
+        19,
         "one module per kind of key (due-sets, streams, leases, wake lists, "
-        "the limits' state...) and per concern of the connection: each is what "
-        "a loop asks of Redis",
+        "the limits' state, the paused queues...) and per concern of the "
+        "connection: each is what a loop asks of Redis",
     ),
 }
 

@@ -90,6 +90,13 @@ def _text(report: Report) -> str:
             f"Waiting for limits: {report.waiting_for_limits} task(s) due, "
             f"not late (see Limits)"
         )
+    for paused in report.paused:
+        by = f" by {printable(paused.paused_by)}" if paused.paused_by else ""
+        why = f" ({printable(paused.reason)})" if paused.reason else ""
+        lines.append(
+            f"Paused: queue {paused.queue} since {paused.paused_at}{by}{why}; "
+            f"{paused.due} task(s) due wait for its resume"
+        )
     lines.append(f"Redis: {report.redis}")
     if report.shards:
         header = (

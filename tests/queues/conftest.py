@@ -1,0 +1,5 @@
+"""The pausing tests start real worker processes too."""
+
+from tests.acceptance.processes import processes
+
+__all__ = ["processes"]
