@@ -19,6 +19,7 @@ __all__ = [
     "cancel",
     "current_run",
     "periodic",
+    "raise_if_cancelled",
     "reschedule",
     "retry",
     "schedule",
@@ -42,10 +43,10 @@ if TYPE_CHECKING:
     )
     from .recurring import periodic
     from .registry import task
-    from .worker.attempts import current_run
+    from .worker.attempts import current_run, raise_if_cancelled
 
 #: What is imported from :mod:`django_delayq.api` on first use.
-_API = frozenset(__all__) - {"current_run", "periodic", "task"}
+_API = frozenset(__all__) - {"current_run", "periodic", "raise_if_cancelled", "task"}
 
 
 def __getattr__(name: str) -> Any:
@@ -62,12 +63,12 @@ def __getattr__(name: str) -> Any:
         from .recurring import periodic
 
         return periodic
-    if name == "current_run":
+    if name in ("current_run", "raise_if_cancelled"):
         # The run under way is the worker's to know; a process that runs no
         # task imports the worker only if it asks.
-        from .worker.attempts import current_run
+        from .worker import attempts
 
-        return current_run
+        return getattr(attempts, name)
     if name in _API:
         from . import api
 

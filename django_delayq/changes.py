@@ -39,11 +39,20 @@ def cancel(
     key: str | None = None,
     using: str | None = None,
 ) -> bool:
-    """Cancel a scheduled task, by task, id or dedupe key.
+    """Cancel a scheduled or running task, by task, id or dedupe key.
+
+    A running task's row becomes ``cancelled`` at once (``last_error``
+    ``"cancelled while running (attempt N)"``), and its worker stops the
+    run: the task's function sees :func:`~django_delayq.raise_if_cancelled`
+    raise (or ``current_run().cancelled`` true) within about a second, and
+    is stopped by force after ``DELAYQ["CANCEL_GRACE"]`` seconds. Whatever
+    the run does afterwards is not recorded, and an atomic task's writes
+    are rolled back (see docs/guide/cancel-reschedule.md).
 
     :returns: ``True`` if this call cancelled it; ``False`` if there is no
-        such task or it is no longer scheduled (running, finished or already
-        cancelled). A running task is not interrupted.
+        such task or it has finished (succeeded, failed or already
+        cancelled). A task finishing at the same moment ends either
+        succeeded or cancelled, and this says which.
     """
     lookup = parse_lookup(task_or_id, key)
     db = write_alias(using)
@@ -56,8 +65,11 @@ def cancel(
         # wins), then read what was written. Reading first and then writing
         # would fail at once on SQLite ("database is locked") whenever
         # another process wrote in between; the UPDATE instead waits for
-        # the lock like any write.
-        if not transitions.cancel(matching(lookup, db), now):
+        # the lock like any write. A row claimed between the two UPDATEs is
+        # running by the second one, which cancels it.
+        if not transitions.cancel(
+            matching(lookup, db), now
+        ) and not transitions.cancel_running(matching(lookup, db), now):
             return False
         row = written(lookup, db, status=Status.CANCELLED, finished_at=now)
         unindex_after_commit([row], OutboxEntry.Action.CANCEL, db)
@@ -66,6 +78,7 @@ def cancel(
     if isinstance(task_or_id, DelayedTask):
         task_or_id.status = Status.CANCELLED
         task_or_id.finished_at = now
+        task_or_id.last_error = row.last_error
     return True
 
 

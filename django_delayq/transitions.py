@@ -23,6 +23,7 @@ change                     fence                         by
 :func:`expire`             running, this attempt, this   worker
                            claiming entry
 :func:`cancel`             scheduled                     cancel(), replace=True
+:func:`cancel_running`     running (any attempt)         cancel()
 :func:`move`               scheduled, expiring after     reschedule()
                            the new ``run_at``
 :func:`restart`            failed, expiring after the    retry()
@@ -82,7 +83,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import CharField, Q, QuerySet, Value
+from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 
 from .db import statements
@@ -375,6 +377,28 @@ def cancel(rows: QuerySet[DelayedTask], now: datetime.datetime) -> int:
     """
     return rows.filter(status=Status.SCHEDULED).update(
         status=Status.CANCELLED, finished_at=now
+    )
+
+
+def cancel_running(rows: QuerySet[DelayedTask], now: datetime.datetime) -> int:
+    """``running -> cancelled`` for the matching rows; how many changed.
+
+    One statement, fenced on ``running``: a worker recording the attempt's
+    outcome at the same moment updates the same row fenced on ``running``
+    too, so the database's row lock lets exactly one of the two change it.
+    Once this one has, every outcome of the attempt (:func:`succeed`,
+    :func:`succeed_many`, :func:`retry_later`, :func:`fail`, a rescue's
+    :func:`hand_back`) matches nothing. The worker learns of the cancel from
+    the row (see :mod:`django_delayq.worker.time_limits`).
+    """
+    error = Concat(
+        Value("cancelled while running (attempt "),
+        Cast("attempts", CharField()),
+        Value(")"),
+        output_field=CharField(),
+    )
+    return rows.filter(status=Status.RUNNING).update(
+        status=Status.CANCELLED, finished_at=now, last_error=error, last_traceback=""
     )
 
 
