@@ -120,6 +120,25 @@ def test_a_task_that_ignores_the_cancel_is_stopped_by_force(
     assert _pending(redis_client, row) == 0
 
 
+def test_a_task_cancelled_in_a_group_takes_none_of_its_neighbours_with_it(
+    redis_client: redis.Redis,
+) -> None:
+    # Claimed together and run in one transaction, the waiting task first.
+    row = schedule(checks_for_cancel)
+    neighbours = [schedule(create_order, args=[f"n{i}"]) for i in range(3)]
+    runner = _start_worker()
+    wait_for(lambda: _status(row) == Status.RUNNING, 10, "the task running")
+    assert cancel(row) is True
+    runner.join(timeout=10)
+    assert not runner.is_alive()
+    assert _status(row) == Status.CANCELLED
+    for task in neighbours:
+        got = refresh(task)
+        assert (got.status, got.attempts) == (Status.SUCCEEDED, 1)
+    assert sorted(Order.objects.values_list("status", flat=True)) == ["n0", "n1", "n2"]
+    assert _pending(redis_client, row) == 0
+
+
 def test_a_cancel_racing_the_tasks_end_wins_or_loses_never_both(
     redis_client: redis.Redis,
 ) -> None:
