@@ -21,6 +21,7 @@ __all__ = [
     "pause_queue",
     "paused_queues",
     "periodic",
+    "raise_if_cancelled",
     "reschedule",
     "resume_queue",
     "retry",
@@ -46,13 +47,17 @@ if TYPE_CHECKING:
     from .queues import pause_queue, paused_queues, resume_queue
     from .recurring import periodic
     from .registry import task
-    from .worker.attempts import current_run
+    from .worker.attempts import current_run, raise_if_cancelled
 
 #: What is imported from :mod:`django_delayq.queues` on first use.
 _QUEUES = frozenset({"pause_queue", "paused_queues", "resume_queue"})
 
 #: What is imported from :mod:`django_delayq.api` on first use.
-_API = frozenset(__all__) - {"current_run", "periodic", "task"} - _QUEUES
+_API = (
+    frozenset(__all__)
+    - {"current_run", "periodic", "raise_if_cancelled", "task"}
+    - _QUEUES
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -69,12 +74,12 @@ def __getattr__(name: str) -> Any:
         from .recurring import periodic
 
         return periodic
-    if name == "current_run":
+    if name in ("current_run", "raise_if_cancelled"):
         # The run under way is the worker's to know; a process that runs no
         # task imports the worker only if it asks.
-        from .worker.attempts import current_run
+        from .worker import attempts
 
-        return current_run
+        return getattr(attempts, name)
     if name in _QUEUES:
         from . import queues
 

@@ -1,9 +1,11 @@
 """``cancel()``, ``reschedule()`` and ``retry()``: changes to a task that
 exists.
 
-Each writes first, fenced on the row's status (a worker that claimed the
-row first wins), in the caller's transaction, and touches Redis only after
-the commit, as ``schedule()`` does. Refusals are raised after the
+Each writes first, fenced on the row's status (for ``reschedule()`` and
+``retry()`` a worker that claimed the row first wins; ``cancel()`` takes a
+running row too, and loses only to its outcome), in the caller's
+transaction, and touches Redis only after the commit, as ``schedule()``
+does. Refusals are raised after the
 ``atomic()`` block, so the caller's transaction stays usable.
 """
 
@@ -19,6 +21,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from . import signals, transitions
+from .db.deadlocks import retrying_deadlocks
 from .exceptions import (
     DuplicateTask,
     InvalidArgument,
@@ -39,33 +42,52 @@ def cancel(
     key: str | None = None,
     using: str | None = None,
 ) -> bool:
-    """Cancel a scheduled task, by task, id or dedupe key.
+    """Cancel a scheduled or running task, by task, id or dedupe key.
+
+    A running task's row becomes ``cancelled`` at once (``last_error``
+    ``"cancelled while running (attempt N)"``), and its worker stops the
+    run: the task's function sees :func:`~django_delayq.raise_if_cancelled`
+    raise (or ``current_run().cancelled`` true) within about a second, and
+    is stopped by force after ``DELAYQ["CANCEL_GRACE"]`` seconds. Whatever
+    the run does afterwards is not recorded, and an atomic task's writes
+    are rolled back (see docs/guide/cancel-reschedule.md).
 
     :returns: ``True`` if this call cancelled it; ``False`` if there is no
-        such task or it is no longer scheduled (running, finished or already
-        cancelled). A running task is not interrupted.
+        such task or it has finished (succeeded, failed or already
+        cancelled). A task finishing at the same moment ends either
+        succeeded or cancelled, and this says which.
     """
     lookup = parse_lookup(task_or_id, key)
     db = write_alias(using)
-    # savepoint=False: no extra SAVEPOINT round trips inside the caller's
-    # transaction. Nothing below raises on purpose (a raise through this block
-    # would mark the caller's transaction for rollback).
     now = timezone.now()
-    with transaction.atomic(using=db, savepoint=False):
-        # Write first, fenced on status (a worker that claimed the row first
-        # wins), then read what was written. Reading first and then writing
-        # would fail at once on SQLite ("database is locked") whenever
-        # another process wrote in between; the UPDATE instead waits for
-        # the lock like any write.
-        if not transitions.cancel(matching(lookup, db), now):
-            return False
-        row = written(lookup, db, status=Status.CANCELLED, finished_at=now)
-        unindex_after_commit([row], OutboxEntry.Action.CANCEL, db)
-        row.status, row.finished_at = Status.CANCELLED, now
-        signals.send_on_commit(signals.task_cancelled, [row], db)
+
+    def write() -> DelayedTask | None:
+        # savepoint=False: no extra SAVEPOINT round trips inside the caller's
+        # transaction. Nothing below raises on purpose (a raise through this
+        # block would mark the caller's transaction for rollback).
+        with transaction.atomic(using=db, savepoint=False):
+            # Write first, fenced on status (a worker that claimed or
+            # finished the row first wins), then read what was written.
+            # Reading first and then writing would fail at once on SQLite
+            # ("database is locked") whenever another process wrote in
+            # between; the UPDATE instead waits for the lock like any write.
+            if not transitions.cancel_active(matching(lookup, db), now):
+                return None
+            row = written(lookup, db, status=Status.CANCELLED, finished_at=now)
+            unindex_after_commit([row], OutboxEntry.Action.CANCEL, db)
+            signals.send_on_commit(signals.task_cancelled, [row], db)
+            return row
+
+    # On MySQL and MariaDB the UPDATE can be a deadlock's victim when the
+    # worker records the task's outcome at the same moment: tried again
+    # when this call owns its transaction (see db.deadlocks).
+    row = retrying_deadlocks(db, write)
+    if row is None:
+        return False
     if isinstance(task_or_id, DelayedTask):
         task_or_id.status = Status.CANCELLED
         task_or_id.finished_at = now
+        task_or_id.last_error = row.last_error
     return True
 
 

@@ -148,6 +148,19 @@ class TimeLimitExceeded(BaseException):
     """
 
 
+class TaskCancelled(BaseException):
+    """Raised inside a task's function whose task was cancelled while it ran:
+    by :func:`~django_delayq.raise_if_cancelled` at a checkpoint of the
+    task's own, or by the worker once the grace period after the cancel
+    (``DELAYQ["CANCEL_GRACE"]``) has run out.
+
+    A ``BaseException``, like :class:`TimeLimitExceeded`, so that a task's
+    own ``except Exception:`` cannot swallow it; ``finally:`` blocks and
+    ``with`` statements still clean up. Nothing is recorded: the row is
+    already ``cancelled``, and an atomic task's writes are rolled back.
+    """
+
+
 class MetricsUnavailable(DelayQueueException, ImportError):
     """Metrics were asked for, and prometheus-client is not installed: install
     ``django-delayq[prometheus]``."""

@@ -22,7 +22,9 @@ change                     fence                         by
                            claiming entry
 :func:`expire`             running, this attempt, this   worker
                            claiming entry
-:func:`cancel`             scheduled                     cancel(), replace=True
+:func:`cancel`             scheduled                     replace=True
+:func:`cancel_active`      scheduled, or running (any    cancel()
+                           attempt)
 :func:`move`               scheduled, expiring after     reschedule()
                            the new ``run_at``
 :func:`restart`            failed, expiring after the    retry()
@@ -82,7 +84,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import Case, CharField, F, Q, QuerySet, TextField, Value, When
+from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 
 from .db import statements
@@ -371,10 +374,51 @@ def expire(row: DelayedTask, now: datetime.datetime, error: str, using: str) -> 
 def cancel(rows: QuerySet[DelayedTask], now: datetime.datetime) -> int:
     """``scheduled -> cancelled`` for the matching rows; how many changed.
 
-    A running task is not interrupted: only scheduled rows match.
+    For ``schedule(..., replace=True)``, which leaves a running holder of
+    the key alone: only scheduled rows match (``cancel()`` uses
+    :func:`cancel_active`).
     """
     return rows.filter(status=Status.SCHEDULED).update(
         status=Status.CANCELLED, finished_at=now
+    )
+
+
+def cancel_active(rows: QuerySet[DelayedTask], now: datetime.datetime) -> int:
+    """``scheduled -> cancelled`` and ``running -> cancelled`` for the
+    matching rows, in one statement; how many changed.
+
+    A running row also gets ``last_error`` ``"cancelled while running
+    (attempt N)"``. Fenced on the status: a worker recording the attempt's
+    outcome at the same moment updates the same row fenced on ``running``
+    too, so the database's row lock lets exactly one of the two change it.
+    Once this one has, every outcome of the attempt (:func:`succeed`,
+    :func:`succeed_many`, :func:`retry_later`, :func:`fail`, a rescue's
+    :func:`hand_back`) matches nothing. The worker learns of the cancel from
+    the row (see :mod:`django_delayq.worker.time_limits`).
+    """
+    running = Q(status=Status.RUNNING)
+    error = Concat(
+        Value("cancelled while running (attempt "),
+        Cast("attempts", CharField()),
+        Value(")"),
+        output_field=CharField(),
+    )
+    # ``status`` is assigned last: MySQL and MariaDB evaluate the SET
+    # clauses left to right, each seeing the columns assigned before it, so
+    # the two CASEs must read the status as it was.
+    return rows.filter(status__in=(Status.SCHEDULED, Status.RUNNING)).update(
+        last_error=Case(
+            When(running, then=error),
+            default=F("last_error"),
+            output_field=TextField(),
+        ),
+        last_traceback=Case(
+            When(running, then=Value("")),
+            default=F("last_traceback"),
+            output_field=TextField(),
+        ),
+        finished_at=now,
+        status=Status.CANCELLED,
     )
 
 

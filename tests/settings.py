@@ -156,6 +156,10 @@ if "DELAYQ_TEST_PERIODIC" in os.environ:
 # (tests/acceptance/commands/test_middleware_processes.py).
 if "DELAYQ_TEST_MIDDLEWARE" in os.environ:
     DELAYQ["MIDDLEWARE"] = json.loads(os.environ["DELAYQ_TEST_MIDDLEWARE"])
+# The grace period of a cancel in the worker processes a test starts
+# (tests/supervisor/test_cancel_running_processes.py).
+if "DELAYQ_TEST_CANCEL_GRACE" in os.environ:
+    DELAYQ["CANCEL_GRACE"] = float(os.environ["DELAYQ_TEST_CANCEL_GRACE"])
 
 # Django's Tasks framework (django.tasks on Django 6, the django-tasks
 # backport on 5.2) on django-delayq. "elsewhere" is another backend: a worker

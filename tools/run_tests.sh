@@ -93,6 +93,7 @@ PROCESS_TESTS=(
     tests/acceptance/commands/test_periodic_processes.py
     tests/acceptance/commands/test_rolling_restart_processes.py
     tests/acceptance/projects/test_redis_acl.py
+    tests/supervisor/test_cancel_running_processes.py
 )
 # Fresh projects of their own, on their own SQLite file: docs/quickstart.md
 # followed (tests/docs), and a project's own `manage.py test` beside its

@@ -95,7 +95,7 @@ def perform(
 ) -> None:
     """Apply ``action`` to the tasks it applies to, and report the outcome."""
     total = queryset.count()
-    applicable = queryset.filter(status=action.applies_to)
+    applicable = queryset.filter(status__in=action.applies_to)
     candidates = applicable.count()
     task_ids = list(
         applicable.order_by("pk").values_list("pk", flat=True)[:ACTION_LIMIT]
@@ -180,7 +180,7 @@ def _confirmation(
 ) -> TemplateResponse:
     now = timezone.now()
     total = queryset.count()
-    candidates = queryset.filter(status=action.applies_to).count()
+    candidates = queryset.filter(status__in=action.applies_to).count()
     # In the list's own order (an index order by default, not a sort of
     # everything selected).
     listed = list(queryset[:LISTED])
@@ -196,7 +196,7 @@ def _confirmation(
             "status": capfirst(row.get_status_display()),
             "run_at": display.timestamp(row.run_at),
             "timing": display.timing(row, now),
-            "applies": row.status == action.applies_to,
+            "applies": row.status in action.applies_to,
         }
         for row in listed
     ]

@@ -37,7 +37,7 @@ class Result(enum.Enum):
 class TaskAction:
     name: str  # the admin action's name
     permission: str  # checked by ModelAdmin.has_<permission>_permission()
-    applies_to: str  # the status a task needs for the action to apply
+    applies_to: tuple[str, ...]  # the statuses a task needs for the action
     title: _StrPromise  # the action's description, the confirmation's title
     question: _StrPromise  # asked on the confirmation page
     button: _StrPromise  # the button on a task's page
@@ -84,40 +84,54 @@ def _not_scheduled(count: int) -> str:
     ) % {"count": count}
 
 
+def _finished(count: int) -> str:
+    return ngettext(
+        "%(count)d had finished and was left alone",
+        "%(count)d had finished and were left alone",
+        count,
+    ) % {"count": count}
+
+
 CANCEL = TaskAction(
     name="cancel_tasks",
     permission="cancel",
-    applies_to=Status.SCHEDULED,
+    applies_to=(Status.SCHEDULED, Status.RUNNING),
     title=gettext_lazy("Cancel selected delayed tasks"),
     question=gettext_lazy("Are you sure you want to cancel these tasks?"),
     button=gettext_lazy("Cancel task"),
     consequence=gettext_lazy(
-        "Cancelled tasks never run; they are removed from Redis right away."
+        "Cancelled tasks never run; they are removed from Redis right away. "
+        "A running task is stopped: at its next check if it checks, by force "
+        "after the grace period otherwise, and its atomic writes are rolled "
+        "back."
     ),
     apply=_cancel,
     done=lambda n: (
         ngettext("Cancelled %(count)d task", "Cancelled %(count)d tasks", n)
         % {"count": n}
     ),
-    skipped=_not_scheduled,
+    skipped=_finished,
     logged=gettext_lazy("Cancelled in the admin."),
     applies=lambda n: (
         ngettext(
-            "%(count)d of the selected tasks is scheduled and will be cancelled.",
-            "%(count)d of the selected tasks are scheduled and will be cancelled.",
+            "%(count)d of the selected tasks is scheduled or running and will be "
+            "cancelled.",
+            "%(count)d of the selected tasks are scheduled or running and will be "
+            "cancelled.",
             n,
         )
         % {"count": n}
     ),
     applies_to_none=gettext_lazy(
-        "None of the selected tasks is scheduled, so this would change nothing."
+        "None of the selected tasks is scheduled or running, so this would "
+        "change nothing."
     ),
 )
 
 RUN_NOW = TaskAction(
     name="run_tasks_now",
     permission="run",
-    applies_to=Status.SCHEDULED,
+    applies_to=(Status.SCHEDULED,),
     title=gettext_lazy("Run selected delayed tasks now"),
     question=gettext_lazy("Are you sure you want to run these tasks now?"),
     button=gettext_lazy("Run now"),
@@ -147,7 +161,7 @@ RUN_NOW = TaskAction(
 RETRY = TaskAction(
     name="retry_tasks",
     permission="retry",
-    applies_to=Status.FAILED,
+    applies_to=(Status.FAILED,),
     title=gettext_lazy("Retry selected failed tasks"),
     question=gettext_lazy("Are you sure you want to retry these tasks?"),
     button=gettext_lazy("Retry"),

@@ -221,7 +221,7 @@ class DelayedTaskAdmin(ReadOnlyAdmin):
                     "name": action.name,
                 }
                 for action in ACTIONS
-                if task.status == action.applies_to and allowed(self, request, action)
+                if task.status in action.applies_to and allowed(self, request, action)
             ]
         return super().change_view(request, object_id, form_url, context)
 

@@ -222,6 +222,7 @@ def _number_problems(raw: Mapping[Any, Any]) -> list[Problem]:
         ("RETAIN_SUCCEEDED", 0.0, 3650 * 86400.0, False),
         ("RETAIN_FAILED", 0.0, 3650 * 86400.0, False),
         ("TIME_LIMIT", 0.001, MAX_TIME_LIMIT, False),
+        ("CANCEL_GRACE", 0.0, 86400.0, False),
     ):
         value = raw.get(key, DEFAULTS[key])
         if key == "TIME_LIMIT" and value is None:

@@ -34,6 +34,7 @@ DEFAULTS: dict[str, Any] = {
     "RETAIN_SUCCEEDED": 7 * 86400.0,
     "RETAIN_FAILED": 30 * 86400.0,
     "TIME_LIMIT": None,
+    "CANCEL_GRACE": 10.0,
     "PERIODIC": {},
     "TEST_MODE": None,
     "MIDDLEWARE": [],

@@ -79,6 +79,9 @@ class Settings:
     retain_succeeded: float
     retain_failed: float
     time_limit: float | None = None
+    #: ``CANCEL_GRACE``: how long a task cancelled while it runs may go on
+    #: before the worker stops it by force
+    cancel_grace: float = 10.0
     sentinel: SentinelSettings | None = None
     #: ``REDIS_URL`` names a node of a Redis Cluster
     cluster: bool = False
@@ -164,6 +167,7 @@ def parse(raw: Any) -> Settings:
         time_limit=(
             None if values["TIME_LIMIT"] is None else float(values["TIME_LIMIT"])
         ),
+        cancel_grace=float(values["CANCEL_GRACE"]),
         test_mode=values["TEST_MODE"],
         middleware=tuple(values["MIDDLEWARE"]),
     )

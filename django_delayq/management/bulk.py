@@ -320,8 +320,8 @@ def _cancel(task_id: uuid.UUID) -> tuple[Outcome, str]:
         .first()
     )
     if status == Status.RUNNING:
-        # cancel() leaves a running task to finish: asked to cancel it, the
-        # command could not.
+        # cancel() stops a running task; one still running after it said
+        # no was not cancelled, which the operator asked for.
         return Outcome.FAILED, "not cancelled: running"
     return Outcome.SKIPPED, f"not cancelled: {status or 'deleted'}"
 

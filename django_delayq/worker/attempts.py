@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextvars
 import datetime
 import logging
+import threading
 import traceback
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +37,7 @@ from ..conf import get_settings
 from ..conf.middleware import get_middleware, innermost
 from ..exceptions import (
     InvalidPayload,
+    TaskCancelled,
     TaskRefused,
     TimeLimitExceeded,
 )
@@ -55,7 +57,13 @@ class Fenced(Exception):
 
 #: What a task's function may raise that fails its attempt (and no more):
 #: task code calling sys.exit() must not end a worker thread.
-FAILURES = (Exception, SystemExit, KeyboardInterrupt, TimeLimitExceeded)
+FAILURES = (
+    Exception,
+    SystemExit,
+    KeyboardInterrupt,
+    TimeLimitExceeded,
+    TaskCancelled,
+)
 
 
 def expired(row: DelayedTask, now: datetime.datetime) -> bool:
@@ -125,6 +133,24 @@ def stored_value(row: DelayedTask, result: Any) -> Any:
         return None
 
 
+def cancelled_meanwhile(row: DelayedTask, using: str) -> bool:
+    """Whether a fenced attempt's row was cancelled while it ran (one read):
+    its outcome is then rightly discarded, and its entry is done with."""
+    cancelled = (
+        DelayedTask.objects.using(using)
+        .filter(pk=row.pk, status=Status.CANCELLED, attempts=row.attempts)
+        .exists()
+    )
+    if cancelled:
+        logger.info(
+            "task %s: attempt %d ended after the task was cancelled; its "
+            "outcome was discarded",
+            row.pk,
+            row.attempts,
+        )
+    return cancelled
+
+
 def log_fenced(row: DelayedTask) -> None:
     logger.warning(
         "task %s: attempt %d finished after another worker took it over; "
@@ -157,6 +183,15 @@ class TaskRun:
     #: the registered task (its options: ``task.time_limit``, ...)
     task: registry.Task[Any, Any]
     _call: Callable[[], Any] = field(repr=False, compare=False)
+    _cancelled: threading.Event | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the task was cancelled while this run goes on
+        (:func:`~django_delayq.cancel`): the run should stop, and whatever
+        it returns is not recorded. Seen by the worker within about a
+        second of the cancel's commit."""
+        return self._cancelled is not None and self._cancelled.is_set()
 
 
 #: A step of the chain: a run in, the function's value out.
@@ -164,30 +199,37 @@ Handler = Callable[[TaskRun], Any]
 
 
 def run_attempt(
-    registered: registry.Task[Any, Any], row: DelayedTask, limit: float | None
+    registered: registry.Task[Any, Any],
+    row: DelayedTask,
+    limit: float | None,
+    cancelled: threading.Event | None = None,
 ) -> Any:
     """Call ``registered``'s function for an attempt of ``row`` through the
     middleware (without any, the function alone), with :func:`current_run`
-    saying which run it is meanwhile."""
+    saying which run it is meanwhile; ``cancelled`` is set if the task is
+    cancelled while it runs (see :mod:`.time_limits`)."""
     handler = get_middleware().handler
     # What makes the run, not the run: most projects have no middleware,
     # and a line logged during the run builds it only if it asks.
-    token = _current.set((registered, row, limit))
+    token = _current.set((registered, row, limit, cancelled))
     try:
         if tracing.ENABLED and tracing.recording():
             with tracing.processing(row):
                 if handler is innermost:
                     return registered.run_attempt(row, limit)
-                return handler(_run_of(registered, row, limit))
+                return handler(_run_of(registered, row, limit, cancelled))
         if handler is innermost:
             return registered.run_attempt(row, limit)
-        return handler(_run_of(registered, row, limit))
+        return handler(_run_of(registered, row, limit, cancelled))
     finally:
         _current.reset(token)
 
 
 def _run_of(
-    registered: registry.Task[Any, Any], row: DelayedTask, limit: float | None
+    registered: registry.Task[Any, Any],
+    row: DelayedTask,
+    limit: float | None,
+    cancelled: threading.Event | None = None,
 ) -> TaskRun:
     return TaskRun(
         id=row.pk,
@@ -200,6 +242,7 @@ def _run_of(
         meta=_NO_META if not row.meta else MappingProxyType(row.meta),
         task=registered,
         _call=lambda: registered.run_attempt(row, limit),
+        _cancelled=cancelled,
     )
 
 
@@ -207,9 +250,10 @@ def _run_of(
 _NO_META: Mapping[str, Any] = MappingProxyType({})
 
 #: What makes the run under way in this thread (a worker thread runs one at
-#: a time): the task, its row and its time limit.
+#: a time): the task, its row, its time limit and the flag of its cancel.
 _current: contextvars.ContextVar[
-    tuple[registry.Task[Any, Any], DelayedTask, float | None] | None
+    tuple[registry.Task[Any, Any], DelayedTask, float | None, threading.Event | None]
+    | None
 ] = contextvars.ContextVar("delayq_current_run", default=None)
 
 
@@ -218,3 +262,17 @@ def current_run() -> TaskRun | None:
     or any code they call (a log filter); None outside a run."""
     current = _current.get()
     return None if current is None else _run_of(*current)
+
+
+def raise_if_cancelled() -> None:
+    """Raise :class:`~django_delayq.exceptions.TaskCancelled` if the task
+    whose run is under way here was cancelled meanwhile; do nothing
+    otherwise, and outside a run.
+
+    A checkpoint for a long task: call it between steps, and a cancel
+    stops the task there, cleanly, instead of by force after
+    ``DELAYQ["CANCEL_GRACE"]`` seconds.
+    """
+    current = _current.get()
+    if current is not None and current[3] is not None and current[3].is_set():
+        raise TaskCancelled(f"task {current[1].pk} was cancelled while running")

@@ -57,6 +57,7 @@ from ..store.keys import shard_keys
 from .attempts import (
     FAILURES,
     Fenced,
+    cancelled_meanwhile,
     expired,
     failure_text,
     log_fenced,
@@ -239,6 +240,10 @@ def run_alone(
     refused = refusal(row, registered)
     if refused is not None:
         return refuse(row, refused)
+    if watchdog.cancelled_before_start(row):
+        # Claimed with others, and cancelled before its turn came.
+        logger.info("task %s was cancelled before it started; not run", row.pk)
+        return True
     db = write_db()
     committed: list[bool] = []
     limit = time_limit_of(registered)
@@ -251,20 +256,25 @@ def run_alone(
                 # callback the task registered raises afterwards, we still
                 # know the task's work and its success were committed.
                 transaction.on_commit(lambda: committed.append(True), using=db)
-                with watchdog.running(row, limit):
+                with watchdog.running(row, limit) as run:
                     note_start(row)
-                    value = run_attempt(registered, row, limit)
+                    value = run_attempt(registered, row, limit, run.cancelled)
                 result = stored_value(row, value)
+                # Fenced on running, like the cancel: if the task was
+                # cancelled meanwhile, this matches nothing and the raise
+                # rolls the function's writes back with it.
                 if not transitions.succeed(row, result, started, timezone.now(), db):
                     raise Fenced
         else:
-            with watchdog.running(row, limit):
+            with watchdog.running(row, limit) as run:
                 note_start(row)
-                value = run_attempt(registered, row, limit)
+                value = run_attempt(registered, row, limit, run.cancelled)
             result = stored_value(row, value)
             if not transitions.succeed(row, result, started, timezone.now(), db):
                 raise Fenced
     except Fenced:
+        if cancelled_meanwhile(row, db):
+            return True  # nothing to record: its entry is done with
         log_fenced(row)
         return False
     except FAILURES as exc:
@@ -277,6 +287,8 @@ def run_alone(
         else:
             # Task code calling sys.exit() (or raising KeyboardInterrupt)
             # fails its attempt like any error; it must not end the thread.
+            # A cancelled task's failure is fenced (its row is cancelled):
+            # nothing is recorded.
             record_failure(row, exc, error=failure_text(exc, limit), task=registered)
             return True
     report_success(row)

@@ -39,6 +39,7 @@ from django.utils import timezone
 
 from .. import registry, transitions
 from ..db.savepoints import TaskSavepoints, TransactionLost
+from ..exceptions import TaskCancelled
 from ..limits.slots import note_start
 from ..models import DelayedTask
 from ..outcomes import Verdict, expire, record_failure, report_start, report_success
@@ -54,7 +55,7 @@ from .attempts import (
     time_limit_of,
 )
 from .execution import run_alone
-from .time_limits import Watchdog
+from .time_limits import Running, Watchdog
 
 logger = logging.getLogger(__name__)
 
@@ -286,16 +287,25 @@ def _run_one(
         if not refuse(row, refused):
             raise Fenced
         return None
+    if watchdog.cancelled_before_start(row):
+        # Cancelled while its neighbours ran: its row says so already.
+        logger.info("task %s was cancelled before it started; not run", row.pk)
+        return None
     limit = time_limit_of(registered)
     started = row.started_at = timezone.now()
     report_start(row)
     clock = time.monotonic()
+    run: Running | None = None
     try:
         try:
             with savepoints.around_task():
-                with watchdog.running(row, limit):
+                with watchdog.running(row, limit) as run:
                     note_start(row)
-                    value = run_attempt(registered, row, limit)
+                    value = run_attempt(registered, row, limit, run.cancelled)
+                    if run.cancelled.is_set():
+                        # Cancelled while it ran: its writes go with its
+                        # savepoint, and its success must not be recorded.
+                        raise TaskCancelled(f"task {row.pk} was cancelled")
                 value = stored_value(row, value)
         finally:
             runs.append((row.name, time.monotonic() - clock))
@@ -309,6 +319,8 @@ def _run_one(
             row, exc, error=error, trace=traceback.format_exc(), task=registered
         )
         if verdict is Verdict.FENCED:
+            if run is not None and run.cancelled.is_set():
+                return None  # its row says cancelled: nothing to record
             raise Fenced from None
         return None
     return transitions.Success(row, started, value)

@@ -67,6 +67,10 @@ PAUSED_READ_BLOCK_MS = 1000
 #: How often the main thread looks for tasks past their time limit.
 WATCH_INTERVAL = 0.25
 
+#: How often the main thread asks the database whether a task it runs was
+#: cancelled (only while one runs; see time_limits.Watchdog.look_for_cancels).
+CANCEL_LOOK_EVERY = 1.0
+
 
 @dataclass
 class WorkerStats:
@@ -244,7 +248,8 @@ class Worker:
         if stuck:
             raise WorkerStuck(
                 f"worker {self.name}: {stuck} task(s) ran past their time limit "
-                f"and could not be interrupted; this process must be replaced"
+                f"(or their cancel's grace period) and could not be interrupted; "
+                f"this process must be replaced"
             )
         if self._crashed.is_set():
             raise RuntimeError(
@@ -277,9 +282,13 @@ class Worker:
         # stop lets the tasks in flight finish.
         beat = membership.beat_seconds(self.visibility_timeout)
         next_beat = next_renewal = time.monotonic() + beat
+        next_look = time.monotonic() + CANCEL_LOOK_EVERY
         given_up: set[int] = set()
         while alive := [t for t in threads if t.is_alive() and t.ident not in given_up]:
             alive[0].join(timeout=min(beat, WATCH_INTERVAL))
+            if time.monotonic() >= next_look:
+                self.watchdog.look_for_cancels()
+                next_look = time.monotonic() + CANCEL_LOOK_EVERY
             if self.slots.by_stream:
                 renew = time.monotonic() >= next_renewal
                 self._keep_slots(client, renew=renew)

@@ -1,4 +1,5 @@
-"""Giving up on a task that ran past its time limit and could not be stopped.
+"""Giving up on a task that ran past its time limit (or was cancelled) and
+could not be stopped.
 
 Called from a worker's main thread while the stuck thread is still inside
 the task (see :mod:`django_delayq.worker.time_limits`). The stuck attempt fails (and
@@ -37,16 +38,27 @@ GIVE_UP_TIMEOUT = 10.0
 def give_up(client: Client, worker: str, stuck: Stuck) -> None:
     """Record the stuck attempt's failure and hand its thread's other tasks
     back, in a thread of its own, waiting at most :data:`GIVE_UP_TIMEOUT`."""
-    logger.critical(
-        "worker %s: task %s (%s) ran past its time limit of %g s and could not "
-        "be interrupted; failing its attempt, handing back %d other task(s), "
-        "and replacing this process",
-        worker,
-        stuck.row.pk,
-        stuck.row.name,
-        stuck.limit,
-        len(stuck.held),
-    )
+    if stuck.limit is None:
+        logger.critical(
+            "worker %s: task %s (%s) was cancelled while running and could not "
+            "be interrupted; handing back %d other task(s), and replacing this "
+            "process",
+            worker,
+            stuck.row.pk,
+            stuck.row.name,
+            len(stuck.held),
+        )
+    else:
+        logger.critical(
+            "worker %s: task %s (%s) ran past its time limit of %g s and could "
+            "not be interrupted; failing its attempt, handing back %d other "
+            "task(s), and replacing this process",
+            worker,
+            stuck.row.pk,
+            stuck.row.name,
+            stuck.limit,
+            len(stuck.held),
+        )
     helper = threading.Thread(
         target=_settle, args=(client, stuck), name="delayq-give-up", daemon=True
     )
@@ -65,15 +77,18 @@ def _settle(client: Client, stuck: Stuck) -> None:
     try:
         # A copy: the stuck thread still holds (and may yet touch) the row.
         row = copy.copy(stuck.row)
-        error = f"{time_limit_error(stuck.limit)}, and could not be interrupted"
-        record_failure(
-            row,
-            TimeLimitExceeded(),
-            error=error,
-            trace="",
-            task=registered_task(row),
-            raised=False,
-        )
+        if stuck.limit is not None:
+            error = f"{time_limit_error(stuck.limit)}, and could not be interrupted"
+            record_failure(
+                row,
+                TimeLimitExceeded(),
+                error=error,
+                trace="",
+                task=registered_task(row),
+                raised=False,
+            )
+        # Else it was cancelled: its row says so already, and nothing of the
+        # attempt is recorded.
         with transaction.atomic(using=db):
             handed = transitions.hand_back([copy.copy(r) for r in stuck.held], db)
             index_after_commit(handed, OutboxEntry.Action.RESCHEDULE, db)

@@ -16,20 +16,40 @@ a few times a second:
    uncounted (:func:`django_delayq.transitions.hand_back`), lets its other
    threads finish, and exits so that a fresh process replaces it (its
    database session closes, which rolls the stuck transaction back).
+
+A task cancelled while it runs (:func:`django_delayq.cancel`) is stopped
+the same way, from its row: once a second, while any of its threads runs a
+task, the worker's main thread asks the database which of those rows are
+``cancelled`` now (:meth:`Watchdog.look_for_cancels`, one indexed query by
+primary key; none while nothing runs). A run found cancelled sees
+:attr:`Running.cancelled` set at once, which its code can check
+(:func:`django_delayq.raise_if_cancelled`); ``DELAYQ["CANCEL_GRACE"]``
+seconds later it is interrupted with :class:`TaskCancelled` as in step 1,
+and a grace period after that it is stuck as in step 2. The row is the
+source of truth, so this needs no Redis, and a cancel committed while Redis
+is down still reaches the worker.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..exceptions import TimeLimitExceeded
-from ..models import DelayedTask
+from django.db import DatabaseError
+
+from ..conf import get_settings
+from ..db.connections import recycle_connections
+from ..exceptions import TaskCancelled, TimeLimitExceeded
+from ..models import DelayedTask, Status, write_db
 from .board import Board
+
+logger = logging.getLogger(__name__)
 
 #: How long an interrupted task may take to unwind before its thread is
 #: declared stuck.
@@ -44,6 +64,17 @@ class Running:
     limit: float | None
     deadline: float
     interrupted_at: float | None = None
+    #: what was raised in the thread: a time limit's or a cancel's exception
+    interruption: type[BaseException] = TimeLimitExceeded
+    #: set once the worker found the task cancelled (read by the task's
+    #: cooperative checks, from any thread)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    #: when the task is stopped by force for its cancel (time.monotonic())
+    cancel_deadline: float = float("inf")
+
+    def due(self) -> float:
+        """When this run is to be interrupted: its limit or its cancel."""
+        return min(self.deadline, self.cancel_deadline)
 
 
 @dataclass
@@ -52,7 +83,8 @@ class Stuck:
 
     thread_id: int
     row: DelayedTask
-    limit: float
+    #: its time limit (None: it was stopped because it was cancelled)
+    limit: float | None
     held: list[DelayedTask] = field(default_factory=list)
 
 
@@ -72,6 +104,8 @@ class Watchdog:
         self._abandoned: set[int] = set()
         #: thread -> how long its last function ran, in seconds
         self._durations: dict[int, float] = {}
+        #: claimed rows found cancelled before their function started
+        self._cancelled: set[object] = set()
 
     def hold(self, rows: Iterable[DelayedTask]) -> None:
         """Note rows the calling thread has claimed."""
@@ -87,21 +121,23 @@ class Watchdog:
             if held is not None:
                 for row in rows:
                     held.pop(row.pk, None)
+                    self._cancelled.discard(row.pk)
 
     @contextlib.contextmanager
-    def running(self, row: DelayedTask, limit: float | None) -> Iterator[None]:
+    def running(self, row: DelayedTask, limit: float | None) -> Iterator[Running]:
         """Around a task's function: the calling thread runs ``row`` for at
         most ``limit`` seconds (None: no limit)."""
         ident = threading.get_ident()
         deadline = time.monotonic() + limit if limit is not None else float("inf")
+        running = Running(row, limit, deadline)
         with self._lock:
-            self._running[ident] = Running(row, limit, deadline)
+            self._running[ident] = running
         board = self.board
         if board is not None:
             board.started(row.pk, deadline, limit)
         began = time.monotonic()
         try:
-            yield
+            yield running
         finally:
             # Under the lock, so that no interruption is raised once the
             # function has returned and this thread has left the block.
@@ -111,29 +147,91 @@ class Watchdog:
             if board is not None:
                 board.finished()
 
+    def cancelled_before_start(self, row: DelayedTask) -> bool:
+        """Whether ``row``, claimed by the calling thread but not started
+        yet, was found cancelled meanwhile: its function must not start."""
+        with self._lock:
+            return row.pk in self._cancelled
+
     def last_duration(self) -> float | None:
         """How long the calling thread's last function ran (once)."""
         with self._lock:
             return self._durations.pop(threading.get_ident(), None)
 
+    def look_for_cancels(self) -> None:
+        """Mark the runs (and the claimed rows waiting to run) whose rows were
+        cancelled meanwhile: one query, none while this process holds no
+        claimed row. A database error is logged: the next look tries again."""
+        with self._lock:
+            ids: set[Any] = {
+                r.row.pk for r in self._running.values() if not r.cancelled.is_set()
+            }
+            ids.update(
+                pk
+                for held in self._held.values()
+                for pk in held
+                if pk not in self._cancelled
+            )
+        if not ids:
+            return
+        recycle_connections()
+        try:
+            found = set(
+                DelayedTask.objects.using(write_db())
+                .filter(pk__in=ids, status=Status.CANCELLED)
+                .values_list("pk", flat=True)
+            )
+        except DatabaseError as exc:
+            logger.warning("could not look for cancelled tasks: %s", exc)
+            return
+        if found:
+            self.cancelled(found)
+
+    def cancelled(self, task_ids: Iterable[object]) -> None:
+        """Mark the runs of ``task_ids`` cancelled: their code may see it now,
+        and they are interrupted ``DELAYQ["CANCEL_GRACE"]`` seconds later."""
+        ids = set(task_ids)
+        force_at = time.monotonic() + get_settings().cancel_grace
+        with self._lock:
+            self._cancelled.update(
+                pk for held in self._held.values() for pk in held if pk in ids
+            )
+            for running in self._running.values():
+                if running.row.pk in ids and not running.cancelled.is_set():
+                    running.cancel_deadline = force_at
+                    running.cancelled.set()
+                    logger.info(
+                        "task %s (%s) was cancelled while running; it is "
+                        "stopped by force in %g s unless it returns first",
+                        running.row.pk,
+                        running.row.name,
+                        get_settings().cancel_grace,
+                    )
+
     def check(self) -> list[Stuck]:
-        """Interrupt the tasks past their limit; return those stuck."""
+        """Interrupt the tasks past their limit or their cancel's grace
+        period; return those stuck."""
         now = time.monotonic()
         stuck = []
         with self._lock:
             for ident, running in self._running.items():
-                if running.limit is None or now < running.deadline:
+                if now < running.due():
                     continue
                 if running.interrupted_at is None:
                     running.interrupted_at = now
-                    _raise_in(ident, TimeLimitExceeded)
+                    if now >= running.cancel_deadline:
+                        running.interruption = TaskCancelled
+                    _raise_in(ident, running.interruption)
                 elif now >= running.interrupted_at + self.grace:
                     held = [
                         row
                         for pk, row in self._held.get(ident, {}).items()
                         if pk != running.row.pk
                     ]
-                    stuck.append(Stuck(ident, running.row, running.limit, held))
+                    limit = (
+                        None if running.interruption is TaskCancelled else running.limit
+                    )
+                    stuck.append(Stuck(ident, running.row, limit, held))
                     self._abandoned.add(ident)
                     if self.board is not None:
                         # Settled by the worker (see stuck.py): not for the

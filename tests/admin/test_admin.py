@@ -379,7 +379,10 @@ def test_cancel_asks_for_confirmation_then_cancels_through_the_api(
     assert confirm.status_code == 200
     page = text(confirm)
     assert "Are you sure you want to cancel these tasks?" in page
-    assert "2 of the selected tasks are scheduled and will be cancelled." in page
+    assert (
+        "2 of the selected tasks are scheduled or running and will be cancelled."
+        in page
+    )
     assert "The other one is left alone." in page
     assert SURE in confirm.content.decode()
     # Nothing happened yet.
@@ -393,9 +396,24 @@ def test_cancel_asks_for_confirmation_then_cancels_through_the_api(
         assert indexed_score(redis_client, task) is None
     assert refresh(done).status == Status.SUCCEEDED
     after = text(admin_client.get(answer["Location"]))
-    assert "Cancelled 2 tasks; 1 was no longer scheduled and was left alone." in after
+    assert "Cancelled 2 tasks; 1 had finished and was left alone." in after
     history = LogEntry.objects.filter(object_id=str(a.pk)).get()
     assert history.get_change_message() == "Cancelled in the admin."
+
+
+def test_cancel_covers_running_tasks(admin_client, redis_client):
+    running = schedule(order_cancel, args=[1], delay=600)
+    DelayedTask.objects.filter(pk=running.pk).update(status=Status.RUNNING, attempts=1)
+
+    page = text(post_action(admin_client, "cancel_tasks", [running]))
+    assert "1 of the selected tasks is scheduled or running and will be" in page
+    answer = post_action(admin_client, "cancel_tasks", [running], post="yes")
+    row = refresh(running)
+    assert (row.status, row.last_error) == (
+        Status.CANCELLED,
+        "cancelled while running (attempt 1)",
+    )
+    assert "Cancelled 1 task." in text(admin_client.get(answer["Location"]))
 
 
 def test_run_now_moves_the_run_time_and_the_redis_score(admin_client, redis_client):
@@ -443,8 +461,9 @@ def test_select_all_across_pages_acts_on_the_filtered_list(admin_client, redis_c
         "select_across": "1",
     }
     confirm = admin_client.post(url, data)
-    assert "3 of the selected tasks are scheduled and will be cancelled." in text(
-        confirm
+    assert (
+        "3 of the selected tasks are scheduled or running and will be cancelled."
+        in text(confirm)
     )
     assert 'name="select_across" value="1"' in confirm.content.decode()
     admin_client.post(url, {**data, "post": "yes"})

@@ -6,10 +6,11 @@ import datetime
 import re
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.utils import timezone
 
-from django_delayq import cancel, reschedule, schedule
+from django_delayq import acancel, cancel, reschedule, schedule
 from django_delayq.exceptions import (
     InvalidArgument,
     InvalidSchedule,
@@ -62,9 +63,32 @@ def test_cancel_returns_false_when_there_is_nothing_to_cancel(redis_client):
     assert cancel(task) is False
     assert cancel(key="k") is False
     assert cancel(key="never-used") is False
-    DelayedTask.objects.filter(pk=task.pk).update(status=Status.RUNNING)
-    assert cancel(task.pk) is False  # a running task is not interrupted
-    assert DelayedTask.objects.get(pk=task.pk).status == Status.RUNNING
+    DelayedTask.objects.filter(pk=task.pk).update(status=Status.SUCCEEDED)
+    assert cancel(task.pk) is False  # finished
+    assert DelayedTask.objects.get(pk=task.pk).status == Status.SUCCEEDED
+
+
+def test_cancel_of_a_running_task_cancels_its_row(redis_client):
+    """The row's side; the worker's is tests/worker/test_cancel_running.py."""
+    task = schedule(add, delay=60, args=[1, 1], key="running-key")
+    DelayedTask.objects.filter(pk=task.pk).update(status=Status.RUNNING, attempts=2)
+    assert cancel(key="running-key") is True
+    row = DelayedTask.objects.get(pk=task.pk)
+    assert (row.status, row.attempts) == (Status.CANCELLED, 2)
+    assert row.last_error == "cancelled while running (attempt 2)"
+    assert row.finished_at is not None
+    assert cancel(task) is False  # already cancelled
+
+
+def test_acancel_cancels_a_running_task_too(redis_client):
+    task = schedule(add, delay=60, args=[1, 1])
+    DelayedTask.objects.filter(pk=task.pk).update(status=Status.RUNNING, attempts=1)
+    assert async_to_sync(acancel)(task.pk) is True
+    row = DelayedTask.objects.get(pk=task.pk)
+    assert (row.status, row.last_error) == (
+        Status.CANCELLED,
+        "cancelled while running (attempt 1)",
+    )
 
 
 def test_cancel_needs_exactly_one_of_task_and_key():

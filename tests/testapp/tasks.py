@@ -257,6 +257,60 @@ def blocks(seconds: float) -> None:
 
 
 @task(max_attempts=1)
+def checks_for_cancel(seconds: float = 60.0) -> str:
+    """Waits, checking for a cancel between naps (raise_if_cancelled())."""
+    import time
+
+    from django_delayq import raise_if_cancelled
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        raise_if_cancelled()
+        time.sleep(0.02)
+    return "not cancelled"
+
+
+@task(max_attempts=1)
+def writes_once_cancelled(status: str, seconds: float = 60.0) -> int:
+    """Waits until its run is cancelled, then writes an order and returns as
+    if nothing happened: the order must be rolled back with the run. (It
+    writes only then: on SQLite a transaction that has written holds the
+    database's only write lock, which the cancel would wait for.)"""
+    import time
+
+    from django_delayq import current_run
+    from tests.testapp.models import Order
+
+    run = current_run()
+    assert run is not None
+    end = time.monotonic() + seconds
+    while not run.cancelled and time.monotonic() < end:
+        time.sleep(0.02)
+    return Order.objects.create(status=status).pk
+
+
+@task(max_attempts=1)
+def ignores_cancel(seconds: float = 60.0) -> str:
+    """Loops in Python without checking for a cancel: only the forced stop
+    ends it."""
+    import time
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.02)
+    return "not stopped"
+
+
+@task(max_attempts=1)
+def blocks_through_cancel(seconds: float) -> None:
+    """Blocks in one C call, where no interruption reaches it: a cancel
+    costs its process."""
+    import time
+
+    time.sleep(seconds)
+
+
+@task(max_attempts=1)
 def raises_at_length(chars: int) -> None:
     """Fails with an error message of ``chars`` characters, deep in a stack."""
 

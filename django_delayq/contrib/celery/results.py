@@ -216,12 +216,13 @@ class AsyncResult:
     def revoke(
         self, terminate: bool = False, signal: Any = None, **options: Any
     ) -> bool:
-        """Cancel the task if it has not started (:func:`django_delayq.cancel`);
-        True if this call cancelled it."""
+        """Cancel the task, scheduled or running (:func:`django_delayq.cancel`,
+        which stops a running task); True if this call cancelled it."""
         if terminate or signal is not None or options:
             raise NotSupported(
-                "revoke(terminate=...) is not supported: a running task is not "
-                "interrupted; revoke() cancels a task that has not started."
+                "revoke(terminate=...) is not supported: revoke() cancels the "
+                "task, and its worker stops it if it is running (see "
+                "django_delayq.cancel()); no signal can be chosen."
             )
         from ... import changes
 

@@ -1,0 +1,1 @@
+"""The supervisor: delayq_worker --processes as real process trees."""
