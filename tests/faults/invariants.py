@@ -10,7 +10,8 @@ Redis), and reports every violation, not just the first:
 * duplicate effects (I4): a key with more than one ledger row;
 * executions beyond the first (I5): rows with ``attempts > 1``, at most as
   many as the scenario says were in flight when its faults hit;
-* cancelled ran (I6): a task whose cancel committed, and that ran;
+* cancelled ran (I6): a task whose cancel committed, and whose run
+  committed; or that started, though it was not cancelled while running;
 * quiescence (I7): after the drain, no terminal (or unknown) id in a due-set
   or a ready stream, nothing pending, no outbox entry, no overdue row that
   is not terminal.
@@ -371,8 +372,15 @@ def _check_extra_executions(
         )
 
 
+#: The error of a row cancelled while it ran (``transitions.cancel_active``).
+CANCELLED_WHILE_RUNNING = "cancelled while running (attempt "
+
+
 def _check_cancelled_never_ran(report: Report, expect: Expect, seen: _Seen) -> None:
-    """A committed cancel means the task never starts."""
+    """A committed cancel means the task's run never commits: cancelled
+    before its claim, it never starts (I6); cancelled after it, the run is
+    stopped, its writes roll back, and the row says it was cancelled while
+    running."""
     by_key, runs = seen.by_key, seen.runs
     for key in sorted(expect.cancelled):
         row = by_key.get(key)
@@ -380,7 +388,11 @@ def _check_cancelled_never_ran(report: Report, expect: Expect, seen: _Seen) -> N
             report.add("cancelled, yet ran", f"{key} ran at {runs[key][0].at}")
         if row is not None and row.status != Status.CANCELLED:
             report.add("cancelled, yet not cancelled", f"{key} is {row.status}")
-        if row is not None and (row.attempts or row.started_at):
+        if (
+            row is not None
+            and (row.attempts or row.started_at)
+            and not row.last_error.startswith(CANCELLED_WHILE_RUNNING)
+        ):
             report.add("cancelled, yet started", f"{key} attempts={row.attempts}")
     for key, row in by_key.items():
         if row.status == Status.CANCELLED and runs.get(key):

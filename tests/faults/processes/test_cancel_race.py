@@ -1,6 +1,8 @@
 """I6: cancel() racing the dispatcher and the workers, within a few ms of the
-due time. Whoever commits first wins; a task whose cancel committed never
-starts."""
+due time. Whoever commits first wins: a task whose cancel committed before
+its claim never starts, and one whose cancel committed after it is stopped
+with nothing of its run committed (cancel() stops a running task); a task
+whose cancel lost ran once."""
 
 from __future__ import annotations
 
