@@ -123,6 +123,51 @@ def run_many(client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
             return send(by_source=True)
 
 
+@translated
+def run_each(client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
+    """Run script calls in one round trip, as :func:`run_many`, but with each
+    call's error as its reply (a :class:`redis.ResponseError`), so that one
+    failing call never hides what the others did: a read that delivered
+    entries must hand them over even when another shard's read failed, or
+    they wait, delivered and unseen, for the visibility timeout.
+
+    Only the calls that found their script missing (``NOSCRIPT``) go again,
+    with its source: the others ran, and are not run twice. A refused
+    command (an ACL denial) is raised, as by :func:`run_many`.
+    """
+
+    def send(chosen: Sequence[Call], by_source: bool) -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        for script, keys, args in chosen:
+            pipe.execute_command(  # type: ignore[no-untyped-call]
+                *(("EVAL", script.source) if by_source else ("EVALSHA", script.sha)),
+                len(keys),
+                *keys,
+                *args,
+            )
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        return replies
+
+    replies = send(calls, by_source=False)
+    missing = [
+        i
+        for i, reply in enumerate(replies)
+        if isinstance(reply, redis.exceptions.NoScriptError)
+    ]
+    if missing:
+        again = send([calls[i] for i in missing], by_source=True)
+        for i, reply in zip(missing, again, strict=True):
+            replies[i] = reply
+    with _denials_named():
+        for reply in replies:
+            if isinstance(reply, redis.exceptions.NoPermissionError) or (
+                isinstance(reply, redis.ResponseError)
+                and _SCRIPT_DENIAL.search(str(reply))
+            ):
+                raise reply
+    return replies
+
+
 @functools.cache
 def load(name: str) -> LuaScript:
     source = resources.files(__package__).joinpath("lua", f"{name}.lua").read_text()

@@ -126,30 +126,57 @@ def read_bands(
     calls: list[scripts.Call] = [
         (script, list(bands), [GROUP, consumer, count]) for bands in shards
     ]
-    try:
-        if len(calls) == 1:
+    if len(calls) == 1:
+        try:
             replies = [script(client, *calls[0][1:])]
-        else:
-            replies = scripts.run_many(client, calls)
-    except RedisUnavailable as exc:
-        # A refused command is no broken key: reading another way would
-        # hide what the ACL user lacks.
-        if not isinstance(exc.__cause__, redis.ResponseError) or isinstance(
-            exc, RedisPermissionDenied
-        ):
-            raise
-        every = [stream for bands in shards for stream in bands]
-        return by_band(
-            read(client, consumer, every, count=count, block_ms=None, lost=lost)
-        )
+        except RedisUnavailable as exc:
+            if _not_a_broken_key(exc):
+                raise
+            # (read.lua returns what a shard's streams before the failing one
+            # gave, and fails only when they gave nothing.)
+            replies = [exc]
+    else:
+        # Each shard's reply on its own: entries one shard's read delivered
+        # are handed over even if another shard's read failed.
+        replies = scripts.run_each(client, calls)
     entries = []
-    for reply in replies:
+    failed: list[str] = []
+    for bands, reply in zip(shards, replies, strict=True):
+        if isinstance(reply, Exception):
+            failed.extend(bands)
+            continue
         for stream, items in reply or ():
             name = stream.decode() if isinstance(stream, bytes) else stream
             for entry_id, flat in items:
                 fields = dict(zip(flat[::2], flat[1::2], strict=True))
                 entries.append(Entry(name, entry_id, fields))
+    if failed:
+        # A shard whose read failed (its group lost, a key of another type)
+        # is read the plain way, which repairs or skips what is broken.
+        try:
+            entries += read(
+                client,
+                consumer,
+                failed,
+                count=max(count - len(entries), 1),
+                block_ms=None,
+                lost=lost,
+            )
+        except RedisUnavailable as exc:
+            # Keys of another type only (the sweeper replaces them): what the
+            # other shards delivered is still handed over.
+            if not entries or _not_a_broken_key(exc):
+                raise
     return by_band(entries)
+
+
+def _not_a_broken_key(exc: RedisUnavailable) -> bool:
+    """Whether a failed read is no broken key to read around: a connection
+    that failed, or a refused command (reading another way would hide what
+    the ACL user lacks)."""
+    return not isinstance(exc.__cause__, redis.ResponseError) or isinstance(
+        exc, RedisPermissionDenied
+    )
 
 
 @translated
