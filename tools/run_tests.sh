@@ -95,17 +95,23 @@ PROCESS_TESTS=(
     tests/acceptance/projects/test_redis_acl.py
     tests/supervisor/test_cancel_running_processes.py
 )
-# Fresh projects of their own, on their own SQLite file: docs/quickstart.md
-# followed (tests/docs), and a project's own `manage.py test` beside its
-# development processes; the testing toolkit in a user's project, pytest
-# and the example's own tests, and its async view under uvicorn; the example
-# shop (on a database of its own on the leg's last database server, or its
-# own SQLite file). They run once per leg, with its last database.
-USER_PROJECT_TESTS=(
+# Fresh projects of their own, on their own SQLite file. Each runs once, on
+# the last database of one leg (a leg runs them on its server database, or
+# on SQLite when it has no other). New projects, as a newcomer makes them
+# today, on the newest Django (the last leg): docs/quickstart.md followed
+# (tests/docs), and the example shop (on a database of its own on the leg's
+# last database server, or its own SQLite file).
+NEW_PROJECT_TESTS=(
     tests/docs/test_quickstart.py
+    tests/acceptance/projects/test_example_shop.py
+)
+# A shop's own test suite, on the long-term-support Django most shops run
+# (the first leg): a project's `manage.py test` beside its development
+# processes; the testing toolkit in a user's project, pytest and the
+# example's own tests, and its async view under uvicorn.
+SHOP_PROJECT_TESTS=(
     tests/acceptance/projects/test_user_project_tests.py
     tests/acceptance/projects/test_testing_toolkit_projects.py
-    tests/acceptance/projects/test_example_shop.py
 )
 # The tests whose outcome the database decides, run on PostgreSQL and
 # MariaDB besides SQLite: the package's own SQL (claims, fenced updates,
@@ -330,26 +336,36 @@ for leg in "${legs[@]}"; do
     last_leg_db=${leg_databases##* }
     leg_has_sqlite=false
     [[ " $leg_databases " == *" sqlite "* ]] && leg_has_sqlite=true
+    # The project tests this leg runs, on its last database (with
+    # --whole-suite: all of them, in every leg).
+    leg_projects=()
+    if [[ $whole_suite == true ]]; then
+        leg_projects=("${SHOP_PROJECT_TESTS[@]}" "${NEW_PROJECT_TESTS[@]}")
+    else
+        [[ $leg == "${legs[0]}" ]] && leg_projects+=("${SHOP_PROJECT_TESTS[@]}")
+        [[ $leg == "${legs[-1]}" ]] && leg_projects+=("${NEW_PROJECT_TESTS[@]}")
+    fi
     for db in $leg_databases; do
+        projects=()
+        [[ $db == "$last_leg_db" ]] && projects=("${leg_projects[@]}")
         if [[ $db == sqlite || $whole_suite == true ]]; then
-            # The user projects: once per leg, with the last database.
-            projects=()
-            if [[ $db != "$last_leg_db" ]]; then
-                projects=("${USER_PROJECT_TESTS[@]/#/--ignore=}")
-            fi
+            # The whole suite, but for the project tests another run takes.
+            elsewhere=()
+            for project in "${SHOP_PROJECT_TESTS[@]}" "${NEW_PROJECT_TESTS[@]}"; do
+                [[ " ${projects[*]} " == *" $project "* ]] ||
+                    elsewhere+=("--ignore=$project")
+            done
             run_pytest "$leg" "$db" "$leg" --ignore=tests/faults --ignore=tests/upgrade \
                 --ignore=tests/browser \
-                "${PROCESS_TESTS[@]/#/--ignore=}" "${projects[@]}" "${pytest_args[@]}"
+                "${PROCESS_TESTS[@]/#/--ignore=}" "${elsewhere[@]}" "${pytest_args[@]}"
             continue
         fi
         subset=("${VENDOR_TESTS[@]}")
         if [[ $leg_has_sqlite == false ]]; then
             subset+=("${DJANGO_TESTS[@]}")
         fi
-        if [[ $db == "$last_leg_db" ]]; then
-            subset+=("${USER_PROJECT_TESTS[@]}")
-        fi
-        SUBSET_RUN=1 run_pytest "$leg" "$db" "$leg" "${subset[@]}" "${pytest_args[@]}"
+        SUBSET_RUN=1 run_pytest "$leg" "$db" "$leg" "${subset[@]}" "${projects[@]}" \
+            "${pytest_args[@]}"
     done
     # Once per leg, on its last database.
     run_django_suite "$leg" "$last_leg_db"

@@ -40,7 +40,8 @@ LISTS = (
     "DJANGO_TESTS",
     "CORE_FAULTS",
     "PROCESS_TESTS",
-    "USER_PROJECT_TESTS",
+    "NEW_PROJECT_TESTS",
+    "SHOP_PROJECT_TESTS",
 )
 
 
@@ -99,7 +100,11 @@ def test_the_legs_runs_leave_out_only_what_other_runs_take():
 def test_every_database_test_file_is_sorted_for_the_server_databases():
     vendor = _array("VENDOR_TESTS")
     independent = _array("VENDOR_INDEPENDENT_TESTS")
-    elsewhere = _array("PROCESS_TESTS") + _array("USER_PROJECT_TESTS")
+    elsewhere = (
+        _array("PROCESS_TESTS")
+        + _array("NEW_PROJECT_TESTS")
+        + _array("SHOP_PROJECT_TESTS")
+    )
     unsorted = []
     for test_file in _test_files():
         if test_file.startswith(OWN_RUNS) or test_file in elsewhere:
