@@ -11,6 +11,11 @@ SHELL := /bin/bash
 # The steps of `make test` build on each other and share .venv/.
 .NOTPARALLEL:
 
+# Bytecode is cached under .venv for every Python process make starts (see
+# tools/run_tests.sh: without a cache each process compiles Django again).
+unexport PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX ?= $(CURDIR)/.venv/pycache
+
 # Matrix legs to test; each names a Python and a Django (see tools/bootstrap.sh).
 MATRIX ?= py311-dj52 py312-dj6
 # Extra pytest arguments, e.g. PYTEST_ARGS='-x -k dispatch'.

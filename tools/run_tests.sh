@@ -242,6 +242,15 @@ eval "pytest_args=(${PYTEST_ARGS:-})"
 # pytest's output goes through tee, so keep colours when a person watches.
 if [[ -t 1 ]]; then export PY_COLORS=1; fi
 
+# Bytecode: a Python process that compiles Django and the package from
+# source spends about 3 s of CPU before it starts (0.8 s from cached
+# bytecode), and the suite starts hundreds of them (commands, projects,
+# probes). Where PYTHONDONTWRITEBYTECODE is set, as in many CI images,
+# nothing is ever cached: every process pays again. The cache goes under
+# .venv, outside the work tree and the virtualenvs' site-packages.
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-$PWD/.venv/pycache}
+
 logs=.venv/logs
 mkdir -p "$logs"
 summary=$logs/summary.txt

@@ -20,7 +20,7 @@ from django_delayq import schedule
 from django_delayq.models import OutboxEntry
 from tests.acceptance.processes import ROOT, Processes
 from tests.testapp.tasks import add
-from tools.procs import wait_for
+from tools.procs import NotReached, wait_for
 from tools.servers import RedisServer
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
@@ -50,94 +50,109 @@ def probe(processes: Processes) -> tuple[int, str]:
     return done.returncode, done.stdout.decode() + done.stderr.decode()
 
 
-def start_loops(
-    processes: Processes, *, sweep: bool = True
-) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+def start_loops(processes: Processes) -> tuple[subprocess.Popen[str], ...]:
+    """A dispatcher and a worker, up (the sweeper alone missing)."""
     dispatcher = processes.start("delayq_dispatch", "--lease-ttl", LEASE_TTL)
     worker = processes.start(
         "delayq_worker", "--visibility-timeout", VISIBILITY_TIMEOUT
     )
-    if sweep:
-        processes.start("delayq_sweep", "--interval", SWEEP_INTERVAL)
-        wait_for(lambda: probe(processes)[0] == 0, 45, "healthy with all running")
-    else:
-        wait_for(
-            lambda: _only_the_sweeper_missing(probe(processes)[1]),
-            45,
-            "the dispatcher and the worker up",
-        )
+    wait_for(
+        lambda: _problems(probe(processes)[1]) == ["no sweeper"],
+        45,
+        "the dispatcher and the worker up",
+    )
     return dispatcher, worker
 
 
-def _only_the_sweeper_missing(text: str) -> bool:
-    problems = [line for line in text.splitlines() if line.startswith("  - ")]
-    return len(problems) == 1 and "no sweeper" in problems[0]
+def _problems(text: str) -> list[str]:
+    """The kinds of problem the report names (one line each per queue or
+    shard: a kind is listed once)."""
+    kinds = {
+        "no sweeper": "no sweeper",
+        "no dispatcher leases": "no dispatcher",
+        "no live worker": "no worker",
+        "outbox entr": "outbox",
+    }
+    found = []
+    for line in text.splitlines():
+        if line.startswith("  - "):
+            found += [kind for words, kind in kinds.items() if words in line]
+    return sorted(set(found))
 
 
-def kill_until_degraded(processes: Processes, process: subprocess.Popen[bytes]) -> str:
-    """SIGKILL ``process``; once its heartbeat lapsed, the degraded report."""
+def kill(process: subprocess.Popen[str]) -> None:
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=10)
-    wait_for(lambda: probe(processes)[0] == 1, 30, "degraded")
+
+
+def until_reported(processes: Processes, problems: list[str]) -> str:
+    """The degraded report, once it names exactly ``problems`` (a killed
+    process's heartbeat or lease lapses first)."""
+    seen = [""]
+
+    def reported() -> bool:
+        seen[0] = probe(processes)[1]
+        return _problems(seen[0]) == sorted(problems)
+
+    try:
+        wait_for(reported, 30, f"degraded with {problems}")
+    except NotReached as exc:
+        raise AssertionError(f"{exc}; the last report:\n{seen[0]}") from exc
     code, text = probe(processes)
     assert code == 1
     assert text.startswith("django-delayq: degraded\n")
     return text
 
 
-def test_a_killed_dispatcher_makes_the_status_degraded(processes: Processes) -> None:
-    dispatcher, _ = start_loops(processes)
-    # Its leases lapse after --lease-ttl; nobody takes the shards over.
-    text = kill_until_degraded(processes, dispatcher)
-    assert "no dispatcher leases shard default:0 (is delayq_dispatch running?)" in text
-    assert "no live worker" not in text
-
-
-def test_a_killed_worker_makes_the_status_degraded(processes: Processes) -> None:
-    _, worker = start_loops(processes)
-    # Its heartbeat lapses after the visibility timeout.
-    text = kill_until_degraded(processes, worker)
-    assert "no live worker serves queue 'default' (is delayq_worker running?)" in text
-    assert "no dispatcher leases" not in text
-
-
-def test_a_killed_sweeper_makes_the_status_degraded(processes: Processes) -> None:
-    start_loops(processes, sweep=False)
-    sweeper = processes.start("delayq_sweep", "--interval", SWEEP_INTERVAL)
-    wait_for(lambda: probe(processes)[0] == 0, 45, "healthy with the sweeper")
-    code, text = probe(processes)
-    assert code == 0
-    (line,) = [line for line in text.splitlines() if line.startswith("Sweeper ")]
-    assert line.split(": ", 1)[1].startswith("every 1 s, last pass ended at ")
-    # Its last pass lapses after a few intervals (10 s at the least).
-    text = kill_until_degraded(processes, sweeper)
-    assert (
-        "no sweeper has ended a pass within 3 of its intervals: nothing replays "
-        "the outbox or repairs Redis after a data loss (run delayq_sweep)"
-    ) in text
-    assert "Sweeper " not in text
-    assert "no dispatcher leases" not in text
-    assert "no live worker" not in text
-
-
-def test_outbox_entries_left_unreplayed_make_the_status_degraded(
+@pytest.mark.timeout(240)  # five failures in turn, each waited for
+def test_the_status_follows_processes_as_they_fail_one_by_one(
     processes: Processes,
 ) -> None:
-    start_loops(processes, sweep=False)  # a sweeper would replay the entry
+    """One set of processes, failing one at a time, each failure reported
+    on its own and named (exit status 1, degraded), as a probe meets them
+    over a bad night."""
+    dispatcher, worker = start_loops(processes)
+
+    # Outbox entries nothing replays (no sweeper runs).
     late = timezone.now() - datetime.timedelta(minutes=5)
     task = schedule(add, args=[1, 2], delay=3600)
-    OutboxEntry.objects.create(
+    entry = OutboxEntry.objects.create(
         task_id=task.pk,
         queue=task.queue,
         shard=task.shard,
         action=OutboxEntry.Action.SCHEDULE,
         created_at=late,
     )
-    code, text = probe(processes)
-    assert code == 1
+    text = until_reported(processes, ["no sweeper", "outbox"])
     assert "1 outbox entry older than 60 s" in text
-    assert "no dispatcher leases" not in text
-    assert "no live worker" not in text
+    entry.delete()
+
+    # With a sweeper, all is well; its last pass lapses after a few of its
+    # intervals (10 s at the least) once it is killed.
+    sweeper = processes.start("delayq_sweep", "--interval", SWEEP_INTERVAL)
+    wait_for(lambda: probe(processes)[0] == 0, 45, "healthy with the sweeper")
+    code, text = probe(processes)
+    assert code == 0
+    (line,) = [line for line in text.splitlines() if line.startswith("Sweeper ")]
+    assert line.split(": ", 1)[1].startswith("every 1 s, last pass ended at ")
+    kill(sweeper)
+    text = until_reported(processes, ["no sweeper"])
+    assert (
+        "no sweeper has ended a pass within 3 of its intervals: nothing replays "
+        "the outbox or repairs Redis after a data loss (run delayq_sweep)"
+    ) in text
+    assert "Sweeper " not in text
+
+    # A killed worker: its heartbeat lapses after the visibility timeout.
+    kill(worker)
+    text = until_reported(processes, ["no sweeper", "no worker"])
+    assert "no live worker serves queue 'default' (is delayq_worker running?)" in text
+
+    # A killed dispatcher: its leases lapse after --lease-ttl; nobody takes
+    # the shards over.
+    kill(dispatcher)
+    text = until_reported(processes, ["no sweeper", "no worker", "no dispatcher"])
+    assert "no dispatcher leases shard default:0 (is delayq_dispatch running?)" in text
 
 
 def test_redis_stopped_makes_the_status_down(
