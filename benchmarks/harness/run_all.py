@@ -52,6 +52,7 @@ FULL = Plan(
     rolling=(100, 20.0, 3),
     redis_loss=(1_000_000, 2_000, 20.0, 3),
     flow_control=(10_000, 60.0, 20_000),
+    tasks_command=(100_000, 3),
 )
 QUICK = Plan(
     schedule_single=200,
@@ -77,6 +78,7 @@ QUICK = Plan(
     # The headline kind only: CI's runtime stays that of one kind.
     lateness_kinds=("write_row",),
     flow_control=(500, 10.0, 2_000),
+    tasks_command=(200, 1),
 )
 # The quick run (CI) measures one PostgreSQL peer, procrastinate, whose
 # Django integration takes the most machinery to keep working; all three
@@ -238,6 +240,21 @@ def measure(plan: Plan, *, peers: Sequence[str], quick: bool) -> dict[str, Any]:
                 "--json",
                 env=env,
                 timeout=3600,
+            )
+        rows, rounds = plan.tasks_command
+        if rows:
+            _say(
+                f"delayq_tasks: list, cancel, run-now of {rows:,} rows, {rounds} run(s)"
+            )
+            results["tasks_command"] = run_json(
+                "benchmarks.scenarios.tasks_command",
+                "--tasks",
+                str(rows),
+                "--repeats",
+                str(rounds),
+                "--json",
+                env=env,
+                timeout=7200,
             )
         _say("footprint and growth: " + ", ".join(f"{s:,}" for s in plan.sizes))
         results["footprint"] = run_json(
