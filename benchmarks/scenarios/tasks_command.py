@@ -257,8 +257,10 @@ def run(n: int, small: int, repeats: int, actions: Sequence[str]) -> dict[str, A
     from benchmarks.harness.benchapp.tasks import noop
 
     name = noop.name
-    # Room for a command as slow as 200 rows/s before the run gives up.
-    timeout = 120 + n / 200
+    # Room for a command as slow as 50 rows/s before the run gives up:
+    # cancel and run-now change one task per transaction, a few hundred a
+    # second on a quiet 2-core machine and under a hundred on a busy one.
+    timeout = 120 + n / 50
     _reset()
     startup, startup_rss = command("list", "--name", "nothing-matches", timeout=120)
     rounds, small_rounds = [], []
