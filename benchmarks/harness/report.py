@@ -731,7 +731,7 @@ def _tasks_command(results: dict[str, Any]) -> list[str]:
         + "`cancel` and `run-now` change one task per "
         "transaction through the public API (a fenced `UPDATE`, the row read "
         "back, the commit, then a Redis round trip), about five round trips "
-        "per task where the hand-written batch makes four per "
+        "per task where the hand-written batch makes five per "
         f"{run['batch']:,} tasks.",
         "",
     ]
