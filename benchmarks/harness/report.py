@@ -44,6 +44,9 @@ class Plan:
     #: flow control (benchmarks.scenarios.limits): tasks per part, the rate
     #: limit's window (s), key A's backlog in the fairness part; 0: skipped
     flow_control: tuple[int, float, int] = (0, 0.0, 0)
+    #: ``delayq_tasks`` (benchmarks.scenarios.tasks_command): rows, rounds;
+    #: 0: skipped
+    tasks_command: tuple[int, int] = (0, 0)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -662,6 +665,83 @@ def _flow_control_targets(
     return found
 
 
+def _tasks_command(results: dict[str, Any]) -> list[str]:
+    """``manage.py delayq_tasks`` over many rows against the same work by
+    hand (``benchmarks.scenarios.tasks_command``)."""
+    run = results.get("tasks_command")
+    if not run:
+        return []
+
+    def cell(spread: dict[str, float]) -> str:
+        return _spread(
+            {"v": spread["median"], "v_min": spread["min"], "v_max": spread["max"]},
+            "v",
+        )
+
+    lines = [
+        "## `manage.py delayq_tasks` over many rows (PostgreSQL)",
+        "",
+        f"`python -m benchmarks.scenarios.tasks_command`: {run['n']:,} "
+        "scheduled tasks written with `schedule_many()`, then "
+        "`python -m django delayq_tasks ACTION --name NAME` run as a process "
+        "of its own, its output to `/dev/null`: `list --json`, `cancel --yes` "
+        "(each task through `cancel()`, a transaction each), `run-now --yes` "
+        "(each through `reschedule(delay=0)`). Rows/s: rows / the process's "
+        "wall time, its start-up included (a `list` matching nothing took "
+        f"{run['startup_s']:.1f} s, {run['startup_rss_mib']:.0f} MiB). Peak "
+        "RSS: the process's own (`ru_maxrss`), at "
+        f"{run['n']:,} rows and at {run['small_n']:,}. By hand: the same "
+        f"rows read, or changed, {run['batch']:,} at a time in this process: "
+        "`values()` dumped as JSON; one `filter(pk__in=...).update(...)` and "
+        "one `ZREM` or `ZADD` of the batch with redis-py. "
+        f"{_rounds(run['repeats'])}, medians (min-max).",
+        "",
+        "| action | rows/s | by hand, rows/s | ratio | peak RSS, MiB "
+        f"| at {run['small_n']:,} rows |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    growth = []
+    for action, label in (
+        ("list", "`list --json`"),
+        ("cancel", "`cancel --yes`"),
+        ("run_now", "`run-now --yes`"),
+    ):
+        if action not in run:  # measured with --actions
+            continue
+        row = run[action]
+        ours, base = row["rows_per_s"], row["baseline_rows_per_s"]
+        growth.append(row["rss_mib"]["median"] - row["small_rss_mib"]["median"])
+        lines.append(
+            f"| {label} | {cell(ours)} | {cell(base)} "
+            f"| {_ratio(ours['median'], base['median'])} "
+            f"| {_num(row['rss_mib']['median'])} "
+            f"| {_num(row['small_rss_mib']['median'])} |"
+        )
+    # Bounded: ten times the rows, a few MiB more at most (allocator noise).
+    bounded = max(growth) <= 8
+    lines += [
+        "",
+        f"Peak RSS at {run['n']:,} rows less at {run['small_n']:,}: at most "
+        f"{max(growth):+.1f} MiB"
+        + (
+            f": bounded, the command holds {run['batch']:,} rows at a time. "
+            if bounded
+            else ": **it grows with the rows**. "
+        )
+        + "`cancel` and `run-now` change one task per "
+        "transaction through the public API (a fenced `UPDATE`, the row read "
+        "back, the commit, then a Redis round trip), about five round trips "
+        "per task where the hand-written batch makes five per "
+        f"{run['batch']:,} tasks.",
+        "",
+    ]
+    return lines
+
+
+def _rounds(repeats: int) -> str:
+    return f"{repeats} rounds" if repeats > 1 else "1 round (no spread)"
+
+
 def _peers(results: dict[str, Any]) -> list[str]:
     peers = results.get("peers")
     if not peers:
@@ -980,6 +1060,7 @@ def render(results: dict[str, Any]) -> str:
         *_databases(results),
         *_redis_loss(results),
         *_flow_control(results),
+        *_tasks_command(results),
         *_peers(results),
         *_limits(),
     ]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -26,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness.child import REPO_ROOT, harness_env, run_json
+from benchmarks.harness.child import REPO_ROOT, cache_bytecode, harness_env, run_json
 from benchmarks.harness.report import Plan, machine, render
 from tools.servers import PostgresServer, RedisServer
 
@@ -52,31 +53,38 @@ FULL = Plan(
     rolling=(100, 20.0, 3),
     redis_loss=(1_000_000, 2_000, 20.0, 3),
     flow_control=(10_000, 60.0, 20_000),
+    tasks_command=(100_000, 3),
 )
 QUICK = Plan(
-    schedule_single=200,
-    schedule_bulk=2_000,
+    # A smoke test that every stage and the report still work (CI runs it
+    # on every change): the sizes and windows are the least that still give
+    # each stage's figures something to be computed from.
+    schedule_single=100,
+    schedule_bulk=1_000,
     schedule_repeats=2,
-    dispatch_tasks=1_000,
-    dispatch_backlog=10_000,
-    idle_seconds=3.0,
-    light=(25, 2.0),
-    steady=(500, 2.0),
-    burst=(2_000, 1.0),
+    dispatch_tasks=500,
+    dispatch_backlog=5_000,
+    # Long enough for a lease renewal or two of the idle dispatcher.
+    idle_seconds=2.0,
+    light=(25, 1.0),
+    steady=(500, 1.0),
+    burst=(1_000, 1.0),
     workers=(1,),
     tuned=(2, 2, 8),
     repeats=1,
     sizes=(1_000, 5_000),
-    peers_schedule=500,
+    peers_schedule=300,
     time_limit=15.0,
-    direct_calls=2_000,
-    throughput_tasks=500,
-    # The kind the target is about; a worker start-up costs ~20 s here.
+    direct_calls=1_000,
+    throughput_tasks=300,
+    # The kind the target is about; a worker start-up costs seconds here.
     throughput_kinds=("write_row",),
-    rolling=(100, 4.0, 1),
+    rolling=(100, 2.0, 1),
     # The headline kind only: CI's runtime stays that of one kind.
     lateness_kinds=("write_row",),
-    flow_control=(500, 10.0, 2_000),
+    # R = 50/s over 4 s: four 1 s windows to hold the limit in.
+    flow_control=(200, 4.0, 500),
+    tasks_command=(100, 1),
 )
 # The quick run (CI) measures one PostgreSQL peer, procrastinate, whose
 # Django integration takes the most machinery to keep working; all three
@@ -238,6 +246,22 @@ def measure(plan: Plan, *, peers: Sequence[str], quick: bool) -> dict[str, Any]:
                 "--json",
                 env=env,
                 timeout=3600,
+            )
+        rows, rounds = plan.tasks_command
+        if rows:
+            _say(
+                f"delayq_tasks: list, cancel, run-now of {rows:,} rows, {rounds} run(s)"
+            )
+            results["tasks_command"] = run_json(
+                "benchmarks.scenarios.tasks_command",
+                "--tasks",
+                str(rows),
+                "--repeats",
+                str(rounds),
+                "--json",
+                env=env,
+                # Two changes of N tasks a round, one transaction each.
+                timeout=14_400,
             )
         _say("footprint and growth: " + ", ".join(f"{s:,}" for s in plan.sizes))
         results["footprint"] = run_json(
@@ -435,6 +459,8 @@ def main() -> int:
             print(report)
         return 0
     plan = QUICK if args.quick else FULL
+    # The peers' children inherit this process's environment.
+    cache_bytecode(os.environ)
     command = "python -m benchmarks" + (" --quick" if args.quick else "")
     from benchmarks.peers import PEERS
 
