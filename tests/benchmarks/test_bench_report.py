@@ -129,3 +129,44 @@ def test_the_mariadb_burst_target_is_judged_on_the_median_ratio():
     assert _mariadb_burst(figures(0.79), row)[0].endswith("| missed")
     # A run without the databases' benchmark has no such row.
     assert _mariadb_burst({}, row) == []
+
+
+def test_the_tasks_command_section_says_whether_memory_stayed_bounded():
+    from benchmarks.harness.report import _tasks_command
+
+    def spread(median: float) -> dict[str, float]:
+        return {"median": median, "min": median - 1, "max": median + 1}
+
+    def action(rss: float, small_rss: float) -> dict[str, Any]:
+        return {
+            "rows_per_s": spread(600.0),
+            "baseline_rows_per_s": spread(24000.0),
+            "rss_mib": spread(rss),
+            "small_rss_mib": spread(small_rss),
+        }
+
+    run: dict[str, Any] = {
+        "n": 100_000,
+        "small_n": 10_000,
+        "batch": 500,
+        "repeats": 3,
+        "startup_s": 2.5,
+        "startup_rss_mib": 68.0,
+        "list": action(71.1, 71.0),
+        "cancel": action(70.5, 70.4),
+    }
+    lines = _tasks_command({"tasks_command": run})
+    assert lines[0] == "## `manage.py delayq_tasks` over many rows (PostgreSQL)"
+    rows = [line for line in lines if line.startswith("| `")]
+    assert [row.split(" | ")[0] for row in rows] == [
+        "| `list --json`",
+        "| `cancel --yes`",
+    ]
+    assert "600 (599-601)" in rows[1]
+    assert "bounded, the command holds 500 rows at a time" in "\n".join(lines)
+
+    run["cancel"] = action(170.5, 70.4)
+    assert "**it grows with the rows**" in "\n".join(
+        _tasks_command({"tasks_command": run})
+    )
+    assert _tasks_command({}) == []
