@@ -685,7 +685,7 @@ def _tasks_command(results: dict[str, Any]) -> list[str]:
         "scheduled tasks written with `schedule_many()`, then "
         "`python -m django delayq_tasks ACTION --name NAME` run as a process "
         "of its own, its output to `/dev/null`: `list --json`, `cancel --yes` "
-        "(each task through `cancel()`, a transaction each), `run-now --yes` "
+        "(a batch per transaction, as `cancel()` leaves each task), `run-now --yes` "
         "(each through `reschedule(delay=0)`). Rows/s: rows / the process's "
         "wall time, its start-up included (a `list` matching nothing took "
         f"{run['startup_s']:.1f} s, {run['startup_rss_mib']:.0f} MiB). Peak "
@@ -728,11 +728,11 @@ def _tasks_command(results: dict[str, Any]) -> list[str]:
             if bounded
             else ": **it grows with the rows**. "
         )
-        + "`cancel` and `run-now` change one task per "
-        "transaction through the public API (a fenced `UPDATE`, the row read "
-        "back, the commit, then a Redis round trip), about five round trips "
-        "per task where the hand-written batch makes five per "
-        f"{run['batch']:,} tasks.",
+        + "`cancel` changes a batch per transaction, as the hand-written "
+        "batch does; `run-now` changes one task per transaction through the "
+        "public API (a fenced `UPDATE`, the row read back, the commit, then a "
+        "Redis round trip), about five round trips per task where the "
+        f"hand-written batch makes five per {run['batch']:,} tasks.",
         "",
     ]
     return lines

@@ -1,14 +1,16 @@
 """``delayq_tasks``: choosing tasks by filters, reading them in batches, and
-cancelling, retrying or running them now one by one.
+cancelling, retrying or running them now.
 
 The rows are read by primary key (time-ordered ids), a batch at a time, with
 a cursor on the last id seen: a command over 100,000 tasks never holds them
 all in memory, holds no lock while it works, and visits each row once even
 while the rows it changed stop matching the filters (or, moved by
-``run-now``, start matching them). Each task is then changed by the public
-API (:func:`~django_delayq.cancel`, :func:`~django_delayq.retry`,
-:func:`~django_delayq.reschedule`), each in its own short transaction, so
-Redis is kept in step exactly as for a single call.
+``run-now``, start matching them). A batch is cancelled in one short
+transaction (:func:`~django_delayq.changes.cancel_ids`: one fenced
+``UPDATE``, as :func:`~django_delayq.cancel` writes one row); a task is
+retried or run now by the public API (:func:`~django_delayq.retry`,
+:func:`~django_delayq.reschedule`), each in its own short transaction. Either
+way Redis is kept in step exactly as for a single call.
 """
 
 from __future__ import annotations
@@ -308,6 +310,11 @@ class Change:
     applies_to: tuple[str, ...]
     done: str  # the past tense, for the summary
     apply: Callable[[uuid.UUID], tuple[Outcome, str]]
+    #: the change of a whole batch at once, where there is one: each id's
+    #: outcome
+    apply_batch: (
+        Callable[[list[uuid.UUID]], dict[uuid.UUID, tuple[Outcome, str]]] | None
+    ) = None
 
 
 def _cancel(task_id: uuid.UUID) -> tuple[Outcome, str]:
@@ -324,6 +331,29 @@ def _cancel(task_id: uuid.UUID) -> tuple[Outcome, str]:
         # no was not cancelled, which the operator asked for.
         return Outcome.FAILED, "not cancelled: running"
     return Outcome.SKIPPED, f"not cancelled: {status or 'deleted'}"
+
+
+def _cancel_batch(ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[Outcome, str]]:
+    db = write_db()
+    cancelled = changes.cancel_ids(ids, using=db)
+    outcomes = {task_id: (Outcome.DONE, "") for task_id in cancelled}
+    rest = [task_id for task_id in ids if task_id not in cancelled]
+    if rest:
+        statuses = dict(
+            DelayedTask.objects.using(db)
+            .filter(pk__in=rest)
+            .values_list("pk", "status")
+        )
+        for task_id in rest:
+            status = statuses.get(task_id)
+            if status == Status.RUNNING:  # as in _cancel
+                outcomes[task_id] = (Outcome.FAILED, "not cancelled: running")
+            else:
+                outcomes[task_id] = (
+                    Outcome.SKIPPED,
+                    f"not cancelled: {status or 'deleted'}",
+                )
+    return outcomes
 
 
 def _retry(task_id: uuid.UUID) -> tuple[Outcome, str]:
@@ -348,7 +378,11 @@ def _run_now(task_id: uuid.UUID) -> tuple[Outcome, str]:
 
 CHANGES = {
     "cancel": Change(
-        "cancel", (Status.SCHEDULED, Status.RUNNING), "cancelled", _cancel
+        "cancel",
+        (Status.SCHEDULED, Status.RUNNING),
+        "cancelled",
+        _cancel,
+        apply_batch=_cancel_batch,
     ),
     "retry": Change("retry", (Status.FAILED,), "retried", _retry),
     "run-now": Change("run-now", (Status.SCHEDULED,), "due now", _run_now),
@@ -403,13 +437,18 @@ def apply_change(
     report: Callable[[uuid.UUID, Outcome, str], None],
     progress: Callable[[Tally], None],
 ) -> Tally:
-    """Apply ``change`` to each of ``rows``, one task per transaction,
-    reading the ids ``size`` at a time; ``report`` hears of each task
+    """Apply ``change`` to each of ``rows``, reading the ids ``size`` at a
+    time: a batch in one transaction where the change has a batch form
+    (cancel), else one task per transaction; ``report`` hears of each task
     not done, ``progress`` of each batch's end."""
     tally = Tally()
     for ids in id_batches(rows, size):
+        if change.apply_batch is not None:
+            outcomes = change.apply_batch(ids)
+        else:
+            outcomes = {task_id: change.apply(task_id) for task_id in ids}
         for task_id in ids:
-            outcome, reason = change.apply(task_id)
+            outcome, reason = outcomes[task_id]
             tally.add(outcome)
             if outcome is not Outcome.DONE:
                 report(task_id, outcome, reason)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import re
+import uuid
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -225,3 +226,50 @@ def test_a_task_whose_expiry_has_passed_cannot_be_rescheduled(redis_client):
     with pytest.raises(InvalidSchedule, match="it can no longer run"):
         reschedule(task, eta=passed - datetime.timedelta(hours=1))
     assert DelayedTask.objects.get(pk=task.pk).run_at == task.run_at
+
+
+def test_cancel_ids_cancels_a_batch_as_cancel_cancels_one(redis_client):
+    """The batch form ``delayq_tasks cancel`` and the admin use: the scheduled
+    and the running tasks among the ids, in one transaction, each left as
+    ``cancel()`` leaves it; finished and unknown ids untouched."""
+    from django_delayq import changes, signals
+
+    scheduled = [schedule(order_cancel, delay=900, args=[i]) for i in range(3)]
+    running = schedule(add, delay=60, args=[1, 1])
+    DelayedTask.objects.filter(pk=running.pk).update(status=Status.RUNNING, attempts=2)
+    finished = schedule(add, delay=60, args=[2, 2])
+    assert cancel(finished)
+    finished_at = DelayedTask.objects.get(pk=finished.pk).finished_at
+    unknown = uuid.uuid4()
+    heard: list[uuid.UUID] = []
+
+    def on_cancel(sender: object, task: DelayedTask, **kwargs: object) -> None:
+        heard.append(task.pk)
+
+    signals.task_cancelled.connect(on_cancel, sender=DelayedTask)
+    try:
+        with transaction.atomic():
+            got = changes.cancel_ids(
+                [t.pk for t in [*scheduled, running, finished]] + [unknown]
+            )
+            # Redis and the signal wait for the commit.
+            assert heard == []
+            assert all(indexed_score(redis_client, t) is not None for t in scheduled)
+    finally:
+        signals.task_cancelled.disconnect(on_cancel)
+
+    assert got == {t.pk for t in [*scheduled, running]}
+    assert sorted(heard) == sorted(got)
+    for task in scheduled:
+        row = DelayedTask.objects.get(pk=task.pk)
+        assert row.status == Status.CANCELLED
+        assert row.finished_at is not None
+        assert indexed_score(redis_client, task) is None
+    row = DelayedTask.objects.get(pk=running.pk)
+    assert (row.status, row.last_error) == (
+        Status.CANCELLED,
+        "cancelled while running (attempt 2)",
+    )
+    # Cancelled before: left as it was.
+    assert DelayedTask.objects.get(pk=finished.pk).finished_at == finished_at
+    assert changes.cancel_ids([t.pk for t in scheduled]) == set()  # already done

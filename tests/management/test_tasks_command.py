@@ -244,6 +244,50 @@ def test_a_running_task_is_reported_as_cancel_leaves_it(redis_client):
         assert refresh(task).status == Status.CANCELLED
 
 
+def test_a_cancel_over_several_batches_counts_each_task_once(redis_client):
+    """Batches of three, one transaction each: a running task is cancelled
+    too, and a task another call cancelled meanwhile no longer matches (the
+    next batch is read after the last id seen, by the filters)."""
+    tasks = [
+        schedule(send_reminder, delay=600, args=[i], key=f"b:{i}") for i in range(7)
+    ]
+    DelayedTask.objects.filter(pk=tasks[4].pk).update(status=Status.RUNNING, attempts=1)
+    rows = bulk.targets(
+        bulk.CHANGES["cancel"], bulk.parse_filters({"key": "b:"})
+    ).queryset("default")
+    batches: list[int] = []
+
+    def progress(tally: bulk.Tally) -> None:
+        batches.append(tally.seen)
+        if len(batches) == 1:  # between two batches
+            assert changes.cancel(max(tasks, key=lambda t: t.pk))
+
+    reported: list[Any] = []
+    tally = bulk.apply_change(
+        bulk.CHANGES["cancel"], rows, 3, lambda *seen: reported.append(seen), progress
+    )
+    assert batches == [3, 6]
+    assert (tally.done, tally.skipped, tally.failed) == (6, 0, 0)
+    assert reported == []
+    for task in tasks:
+        assert refresh(task).status == Status.CANCELLED
+        assert indexed_score(redis_client, task) is None
+    assert refresh(tasks[4]).last_error == "cancelled while running (attempt 1)"
+
+
+def test_a_cancel_batch_says_why_each_task_it_left_was_left(redis_client):
+    scheduled = schedule(add, delay=60, args=[1, 1])
+    finished = schedule(add, delay=60, args=[2, 2])
+    assert changes.cancel(finished)
+    gone = uuid.uuid4()
+    outcomes = bulk.CHANGES["cancel"].apply_batch([scheduled.pk, finished.pk, gone])
+    assert outcomes == {
+        scheduled.pk: (bulk.Outcome.DONE, ""),
+        finished.pk: (bulk.Outcome.SKIPPED, "not cancelled: cancelled"),
+        gone: (bulk.Outcome.SKIPPED, "not cancelled: deleted"),
+    }
+
+
 def test_not_confirmed_refuses_and_changes_nothing(redis_client, monkeypatch):
     task = schedule(add, delay=60, args=[1, 1])
     with pytest.raises(CommandError, match="Pass --yes") as raised:
