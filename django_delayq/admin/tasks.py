@@ -246,6 +246,11 @@ class DelayedTaskAdmin(ReadOnlyAdmin):
                 name="django_delayq_dashboard",
             ),
             path(
+                "dashboard/queues/",
+                wrap(self.queue_view),
+                name="django_delayq_dashboard_queue",
+            ),
+            path(
                 "<path:object_id>/cancel/",
                 wrap(self.cancel_view),
                 name=f"{prefix}_cancel",
@@ -265,6 +270,9 @@ class DelayedTaskAdmin(ReadOnlyAdmin):
 
     def dashboard_view(self, request: HttpRequest) -> HttpResponse:
         return dashboard.render(self, request)
+
+    def queue_view(self, request: HttpRequest) -> HttpResponse:
+        return dashboard.pause_or_resume(self, request)
 
     def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return self._task_action(request, object_id, CANCEL)
