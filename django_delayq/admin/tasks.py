@@ -38,11 +38,6 @@ from .filters import QueueFilter, TaskNameFilter
 from .readonly import ReadOnlyAdmin
 from .task_actions import ACTIONS, CANCEL, RETRY, RUN_NOW, TaskAction
 
-#: Columns the list never shows: not loading them keeps a page of 100 rows
-#: small whatever the payloads weigh.
-_HEAVY_FIELDS = ("args", "kwargs", "meta", "result", "last_traceback", "worker_ids")
-
-
 #: The last part of each action's URL name (and its permission's verb).
 _URL_VERBS = {CANCEL.name: "cancel", RUN_NOW.name: "run", RETRY.name: "retry"}
 
@@ -51,7 +46,11 @@ class _TaskChangeList(ChangeList):
     def get_queryset(
         self, request: HttpRequest, exclude_parameters: Any = None
     ) -> QuerySet[Any]:
-        return super().get_queryset(request, exclude_parameters).defer(*_HEAVY_FIELDS)
+        return (
+            super()
+            .get_queryset(request, exclude_parameters)
+            .defer(*display.HEAVY_FIELDS)
+        )
 
 
 class DelayedTaskAdmin(ReadOnlyAdmin):
