@@ -108,7 +108,7 @@ def perform(
     candidates = applicable.count()
     change = bulk.CHANGES[action.change]
     done: list[uuid.UUID] = []  # this batch's, logged at its end
-    refusals: list[str] = []
+    refusals: list[str] = []  # the first few; the rest are counted
 
     def recorded(task_id: uuid.UUID) -> tuple[bulk.Outcome, str]:
         outcome, reason = change.apply(task_id)
@@ -117,7 +117,7 @@ def perform(
         return outcome, reason
 
     def report(task_id: uuid.UUID, outcome: bulk.Outcome, reason: str) -> None:
-        if outcome is bulk.Outcome.FAILED:
+        if outcome is bulk.Outcome.FAILED and len(refusals) < REPORTED:
             refusals.append(
                 reason if str(task_id) in reason else f"Task {task_id}: {reason}"
             )
@@ -135,24 +135,25 @@ def perform(
     )
     # Those in another state from the start, and those that left the state
     # the action needs before their turn came (a worker started one).
-    skipped = total - candidates + tally.skipped
+    # (A task that entered that state meanwhile was changed too: not below 0.)
+    skipped = max(0, total - candidates) + tally.skipped
     text = action.done(tally.done)
     if skipped:
         text += "; " + action.skipped(skipped)
     model_admin.message_user(
         request, text + ".", messages.SUCCESS if tally.done else messages.WARNING
     )
-    for reason in refusals[:REPORTED]:
+    for reason in refusals:
         model_admin.message_user(request, reason, messages.ERROR)
-    if len(refusals) > REPORTED:
+    if tally.failed > len(refusals):
         model_admin.message_user(
             request,
             ngettext(
-                "%(count)d more task was refused for the same reason.",
-                "%(count)d more tasks were refused for the same reason.",
-                len(refusals) - REPORTED,
+                "%(count)d more task was refused too.",
+                "%(count)d more tasks were refused too.",
+                tally.failed - len(refusals),
             )
-            % {"count": len(refusals) - REPORTED},
+            % {"count": tally.failed - len(refusals)},
             messages.ERROR,
         )
     logger.info(

@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_delayq import Call, schedule, schedule_many
+from django_delayq.admin import actions
 from django_delayq.management import bulk
 from django_delayq.models import DelayedTask, OutboxEntry, Status
 from django_delayq.outbox import replay_outbox
@@ -598,6 +599,29 @@ def test_run_now_and_retry_across_pages_skip_tasks_in_another_state(
         answer
     )
     assert {refresh(t).status for t in failed} == {Status.SCHEDULED}
+
+
+def test_the_first_refusals_are_reported_one_by_one_and_the_rest_counted(
+    admin_client, redis_client
+):
+    expired = many(7, task=add, queue="reports", expires=7200)
+    passed = timezone.now() - datetime.timedelta(seconds=1)
+    DelayedTask.objects.filter(pk__in=[t.pk for t in expired]).update(expires_at=passed)
+    answer = admin_client.post(
+        reverse(CHANGELIST) + "?queue=reports",
+        {
+            "action": "run_tasks_now",
+            "_selected_action": [str(expired[0].pk)],
+            "select_across": "1",
+            "post": "yes",
+        },
+        follow=True,
+    )
+    page = text(answer)
+    assert "Set 0 tasks to run now." in page
+    assert page.count(" expired at ") == actions.REPORTED
+    assert "2 more tasks were refused too." in page
+    assert all(refresh(t).run_at == t.run_at for t in expired)
 
 
 def test_taking_the_confirmation_back_changes_nothing(admin_client, redis_client):
