@@ -97,6 +97,9 @@ LAYERS: list[tuple[str, str, tuple[str, ...]]] = [
             "django_delayq.health",
             "django_delayq.metrics",
             "django_delayq.admin",
+            # The commands' batched reads and changes, which the admin's
+            # actions run too; the package's __init__ holds nothing.
+            "django_delayq.management",
         ),
     ),
     (
@@ -108,7 +111,10 @@ LAYERS: list[tuple[str, str, tuple[str, ...]]] = [
             "django_delayq.backends",
             "django_delayq.checks",
             "django_delayq.contrib",
-            "django_delayq.management",
+            "django_delayq.management.commands",
+            "django_delayq.management.lifecycle",
+            "django_delayq.management.processes",
+            "django_delayq.management.metrics",
         ),
     ),
 ]

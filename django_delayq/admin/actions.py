@@ -1,25 +1,39 @@
 """Cancel, run now and retry, from the task list or a task's page.
 
-Each action calls the public API (:func:`~django_delayq.cancel`,
+Each action first shows a confirmation page (a POST with CSRF, like
+Django's delete confirmation): how many tasks are selected and how many the
+action applies to, the list's filters in force, and a sample of the tasks.
+The selection may be a few rows or, with the list's "Select all", every
+task the filters match, however many: once confirmed, the action runs
+through ``delayq_tasks``'s machinery (:mod:`django_delayq.management.bulk`),
+which reads the ids a batch at a time after the last one seen and changes
+each task through the public API (:func:`~django_delayq.cancel`,
 :func:`~django_delayq.reschedule` with ``delay=0``,
-:func:`~django_delayq.retry`) once per task, so the row is written with the
-same fenced UPDATE as in code, and Redis follows after the commit. Each
-needs its own permission, and each shows a confirmation page listing the
-tasks before it acts (a POST with CSRF, like Django's delete confirmation).
+:func:`~django_delayq.retry`) in a transaction of its own. So 100,000 tasks
+are never in memory at once, no lock is held longer than one task's
+change, and Redis follows each commit as for a call in code. Each action
+needs its own permission.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.models import CHANGE, LogEntry
-from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.contrib.admin.views.main import (
+    ERROR_FLAG,
+    IGNORED_PARAMS,
+    PAGE_VAR,
+    SEARCH_VAR,
+)
+from django.core.exceptions import FieldDoesNotExist, PermissionDenied
+from django.db.models import Field, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -28,24 +42,17 @@ from django.utils.text import Truncator, capfirst
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
+from ..management import bulk
 from ..models import DelayedTask, write_db
 from . import display
-from .task_actions import CANCEL, RETRY, RUN_NOW, Result, TaskAction
-
-if TYPE_CHECKING:
-    pass
+from .task_actions import CANCEL, RETRY, RUN_NOW, TaskAction
 
 logger = logging.getLogger(__name__)
 
-#: The most tasks one request acts on; the rest wait for the next request.
-ACTION_LIMIT = 1000
-#: The most tasks a confirmation page lists.
-LISTED = 100
+#: The tasks a confirmation page lists, as a sample of the selection.
+SAMPLE = bulk.SAMPLE_SIZE
 #: The most refusals reported one by one.
 REPORTED = 5
-#: The ``delayq_tasks`` action that applies an admin action to any number
-#: of tasks, in batches, outside a request.
-COMMANDS = {CANCEL.name: "cancel", RUN_NOW.name: "run-now", RETRY.name: "retry"}
 
 
 def allowed(
@@ -69,7 +76,8 @@ def confirm_or_perform(
 
     ``task`` is set when the action comes from that task's page: the page
     then posts back to the task's own URL, and the answer redirects there.
-    Returns None after acting on the list (Django redirects to the list).
+    Returns None after acting on the list (Django redirects to the list,
+    its filters kept).
     """
     if not allowed(model_admin, request, action):
         raise PermissionDenied
@@ -93,67 +101,75 @@ def perform(
     queryset: QuerySet[DelayedTask],
     action: TaskAction,
 ) -> None:
-    """Apply ``action`` to the tasks it applies to, and report the outcome."""
+    """Apply ``action`` to the tasks it applies to, in batches, and report
+    the outcome."""
     total = queryset.count()
     applicable = queryset.filter(status__in=action.applies_to)
     candidates = applicable.count()
-    task_ids = list(
-        applicable.order_by("pk").values_list("pk", flat=True)[:ACTION_LIMIT]
+    change = bulk.CHANGES[action.change]
+    done: list[uuid.UUID] = []  # this batch's, logged at its end
+    refusals: list[str] = []  # the first few; the rest are counted
+
+    def recorded(task_id: uuid.UUID) -> tuple[bulk.Outcome, str]:
+        outcome, reason = change.apply(task_id)
+        if outcome is bulk.Outcome.DONE:
+            done.append(task_id)
+        return outcome, reason
+
+    def report(task_id: uuid.UUID, outcome: bulk.Outcome, reason: str) -> None:
+        if outcome is bulk.Outcome.FAILED and len(refusals) < REPORTED:
+            refusals.append(
+                reason if str(task_id) in reason else f"Task {task_id}: {reason}"
+            )
+
+    def batch_done(tally: bulk.Tally) -> None:
+        _log(request, done, action)
+        done.clear()
+
+    tally = bulk.apply_change(
+        dataclasses.replace(change, apply=recorded),
+        applicable,
+        bulk.BATCH_SIZE,
+        report,
+        batch_done,
     )
-    results: dict[Result, list[uuid.UUID]] = {result: [] for result in Result}
-    refusals = []
-    for task_id in task_ids:
-        result, reason = action.apply(task_id)
-        results[result].append(task_id)
-        if reason:
-            refusals.append(reason)
-    done = results[Result.DONE]
-    skipped = total - candidates + len(results[Result.SKIPPED])
-    text = action.done(len(done))
+    # Those in another state from the start, and those that left the state
+    # the action needs before their turn came (a worker started one).
+    # (A task that entered that state meanwhile was changed too: not below 0.)
+    skipped = max(0, total - candidates) + tally.skipped
+    text = action.done(tally.done)
     if skipped:
         text += "; " + action.skipped(skipped)
     model_admin.message_user(
-        request, text + ".", messages.SUCCESS if done else messages.WARNING
+        request, text + ".", messages.SUCCESS if tally.done else messages.WARNING
     )
-    for reason in refusals[:REPORTED]:
+    for reason in refusals:
         model_admin.message_user(request, reason, messages.ERROR)
-    if len(refusals) > REPORTED:
+    if tally.failed > len(refusals):
         model_admin.message_user(
             request,
             ngettext(
-                "%(count)d more task was refused for the same reason.",
-                "%(count)d more tasks were refused for the same reason.",
-                len(refusals) - REPORTED,
+                "%(count)d more task was refused too.",
+                "%(count)d more tasks were refused too.",
+                tally.failed - len(refusals),
             )
-            % {"count": len(refusals) - REPORTED},
+            % {"count": tally.failed - len(refusals)},
             messages.ERROR,
         )
-    left = candidates - len(task_ids)
-    if left > 0:
-        model_admin.message_user(
-            request,
-            ngettext(
-                "%(left)d more selected task was not handled: an action "
-                "handles at most %(limit)d tasks at a time. Run it again for "
-                "the rest, or run manage.py delayq_tasks %(command)s with "
-                "filters for all of them at once.",
-                "%(left)d more selected tasks were not handled: an action "
-                "handles at most %(limit)d tasks at a time. Run it again for "
-                "the rest, or run manage.py delayq_tasks %(command)s with "
-                "filters for all of them at once.",
-                left,
-            )
-            % {"left": left, "limit": ACTION_LIMIT, "command": COMMANDS[action.name]},
-            messages.WARNING,
-        )
-    if done:
-        _log(request, done, action)
+    logger.info(
+        "admin: %s applied %s to %d task(s) (%d skipped, %d refused)",
+        request.user,
+        action.name,
+        tally.done,
+        skipped,
+        tally.failed,
+    )
 
 
 def _log(request: HttpRequest, done: list[uuid.UUID], action: TaskAction) -> None:
     """Record who did what in the admin's history of each task."""
     user_id = request.user.pk
-    if user_id is not None:  # always, behind the admin's login
+    if done and user_id is not None:  # always logged in, behind the admin
         rows = list(
             # Just written: read where they were written, not from a replica.
             DelayedTask.objects.using(write_db())
@@ -166,9 +182,6 @@ def _log(request: HttpRequest, done: list[uuid.UUID], action: TaskAction) -> Non
             action_flag=CHANGE,
             change_message=str(action.logged),
         )
-    logger.info(
-        "admin: %s applied %s to %d task(s)", request.user, action.name, len(done)
-    )
 
 
 def _confirmation(
@@ -182,8 +195,8 @@ def _confirmation(
     total = queryset.count()
     candidates = queryset.filter(status__in=action.applies_to).count()
     # In the list's own order (an index order by default, not a sort of
-    # everything selected).
-    listed = list(queryset[:LISTED])
+    # everything selected); the payloads are not needed.
+    listed = list(queryset.defer(*display.HEAVY_FIELDS)[:SAMPLE])
     site = model_admin.admin_site.name
     rows = [
         {
@@ -205,6 +218,8 @@ def _confirmation(
             "admin:django_delayq_delayedtask_change", args=[task.pk], current_app=site
         )
     else:
+        # The list as it was: its filters, search and page (a GET, so
+        # going back changes nothing).
         back = request.get_full_path()
     summary = action.applies(candidates) if candidates else str(action.applies_to_none)
     others = total - candidates
@@ -213,12 +228,6 @@ def _confirmation(
         "The other %(count)d are left alone.",
         others,
     ) % {"count": others}
-    over_limit = _(
-        "Only the first %(limit)d are handled now: an action handles at most "
-        "%(limit)d tasks at a time. Run it again for the rest, or run "
-        "manage.py delayq_tasks %(command)s with filters for all of them at "
-        "once."
-    ) % {"limit": ACTION_LIMIT, "command": COMMANDS[action.name]}
     context = {
         **model_admin.admin_site.each_context(request),
         "title": action.title,
@@ -232,10 +241,13 @@ def _confirmation(
         "candidates": candidates,
         "summary": summary,
         "left_alone": left_alone if others else "",
-        "over_limit": over_limit if candidates > ACTION_LIMIT else "",
         "unlisted": total - len(listed),
+        "filters": _filters_in_force(model_admin, request) if task is None else [],
         "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
         "select_across": request.POST.get("select_across", "0"),
+        # Posted back to the list with its query string, so that the
+        # confirmed action acts on the same filtered set.
+        "form_url": request.get_full_path(),
         "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         "back_url": back,
         **display.breadcrumbs(
@@ -262,6 +274,54 @@ def _confirmation(
     return TemplateResponse(
         request, "admin/django_delayq/action_confirmation.html", context
     )
+
+
+def _filters_in_force(
+    model_admin: admin.ModelAdmin[Any], request: HttpRequest
+) -> list[tuple[str, str]]:
+    """The list's filters, search and dates in the query string, as
+    (what, value) pairs: what "Select all" selected."""
+    opts = model_admin.opts
+    titles: dict[str, str] = {}
+    choices: dict[str, dict[str, str]] = {}
+    for entry in model_admin.list_filter:
+        if isinstance(entry, str):
+            try:
+                field = opts.get_field(entry)
+            except FieldDoesNotExist:
+                continue
+            if not isinstance(field, Field):
+                continue  # a relation's reverse side: the model has none
+            titles[entry] = capfirst(str(field.verbose_name))
+            choices[entry] = {
+                str(value): capfirst(str(label)) for value, label in field.flatchoices
+            }
+        elif isinstance(entry, type) and hasattr(entry, "parameter_name"):
+            titles[entry.parameter_name] = capfirst(str(entry.title))
+    hierarchy = model_admin.date_hierarchy or ""
+    shown: list[tuple[str, str]] = []
+    dates: dict[str, str] = {}
+    for param, values in request.GET.lists():
+        value = ", ".join(values)
+        if not value:
+            continue
+        if param == SEARCH_VAR:
+            shown.append((_("Search"), value))
+        elif param in IGNORED_PARAMS or param in (PAGE_VAR, ERROR_FLAG):
+            continue  # the order, the page, a popup: not a filter
+        elif hierarchy and param.startswith(f"{hierarchy}__"):
+            dates[param.removeprefix(f"{hierarchy}__")] = value
+        else:
+            name = param.split("__", 1)[0]
+            label = titles.get(param) or titles.get(name) or param
+            shown.append((label, choices.get(name, {}).get(value, value)))
+    if dates:
+        parts = [dates.get("year", "")]
+        parts += [dates[part].zfill(2) for part in ("month", "day") if part in dates]
+        dated = opts.get_field(hierarchy)
+        title = dated.verbose_name if isinstance(dated, Field) else hierarchy
+        shown.append((capfirst(str(title)), "-".join(parts)))
+    return shown
 
 
 def _bulk(action: TaskAction) -> Callable[..., HttpResponse | None]:

@@ -5,6 +5,13 @@ shards, the workers' heartbeats, the activity counters), each with the
 short ``REDIS_TIMEOUT`` of the scheduling path; when it fails or times out
 the page says so in a banner and shows the database side only. With
 ``DELAYQ`` invalid, the page shows the settings check's message instead.
+
+Each queue shows whether it is paused, from the
+:class:`~django_delayq.models.PausedQueue` rows. Users with the
+``django_delayq.change_pausedqueue`` permission also get a Pause or Resume
+button, a POST to :func:`pause_or_resume`, which calls
+:func:`~django_delayq.queues.pause_queue` or
+:func:`~django_delayq.queues.resume_queue` as ``delayq_queue`` does.
 """
 
 from __future__ import annotations
@@ -15,9 +22,15 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
@@ -25,16 +38,21 @@ from django.utils.translation import gettext as _
 
 from .. import registry
 from ..conf import get_settings
-from ..exceptions import InvalidConfiguration, RedisUnavailable
+from ..exceptions import InvalidConfiguration, RedisUnavailable, UnknownQueue
 from ..limits.groups import limited_queues
 from ..limits.usage import LimitState, limit_states
-from ..models import Status
+from ..models import PausedQueue, Status
+from ..queues import pause_queue, paused_queues, resume_queue
 from ..store import activity, stats
 from ..store.connection import get_client
 from ..store.errors import error_text
 from . import activity_charts, chart, display, figures
 
 logger = logging.getLogger(__name__)
+
+#: Shows the Pause and Resume buttons, and lets them act: Django's default
+#: permission of the model whose rows a pause writes (no migration).
+PAUSE_PERMISSION = "django_delayq.change_pausedqueue"
 
 
 @dataclass
@@ -111,6 +129,15 @@ def render(
     site = model_admin.admin_site.name
     changelist = reverse("admin:django_delayq_delayedtask_changelist", current_app=site)
     statuses = list(Status)
+    # From the database written to, not a replica: the page an operator
+    # lands on after pressing Pause must show the pause.
+    paused = {row.name: row for row in paused_queues()}
+    # A paused queue no longer configured and without rows still shows, so
+    # that it can be resumed.
+    queues = db.queues + [
+        figures.QueueCounts(name, [0] * len(statuses), 0, configured=False)
+        for name in sorted(set(paused) - {row.queue for row in db.queues})
+    ]
     context = {
         **model_admin.admin_site.each_context(request),
         "title": _("Delayed tasks dashboard"),
@@ -134,9 +161,12 @@ def render(
                     for s, count in zip(statuses, row.counts, strict=True)
                 ],
                 "url": _filtered(changelist, queue=row.queue),
+                "paused": _paused_text(paused.get(row.queue)),
             }
-            for row in db.queues
+            for row in queues
         ],
+        "can_pause": can_pause(request),
+        "pause_url": reverse("admin:django_delayq_dashboard_queue", current_app=site),
         "overdue_url": _filtered(changelist, status=Status.SCHEDULED),
         "worst_lateness": (
             display.lateness_text(db.worst_lateness) if db.worst_lateness else ""
@@ -174,6 +204,76 @@ def render(
     }
     request.current_app = site
     return TemplateResponse(request, "admin/django_delayq/dashboard.html", context)
+
+
+def can_pause(request: HttpRequest) -> bool:
+    """Whether the user may pause and resume queues."""
+    return bool(request.user.has_perm(PAUSE_PERMISSION))
+
+
+def pause_or_resume(
+    model_admin: admin.ModelAdmin[Any], request: HttpRequest
+) -> HttpResponse:
+    """Pause or resume the queue a dashboard button names (a POST with
+    CSRF), then go back to the dashboard with a message."""
+    if not (model_admin.has_view_permission(request) and can_pause(request)):
+        raise PermissionDenied
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    name = request.POST.get("queue", "")
+    op = request.POST.get("op", "")
+    if not name or op not in ("pause", "resume"):
+        return HttpResponseBadRequest("a queue and op=pause|resume are required")
+    user = request.user.get_username()
+    try:
+        if op == "pause":
+            reason = request.POST.get("reason", "").strip()
+            changed = pause_queue(name, by=user, reason=reason)
+            text = (
+                _(
+                    "Queue '%(queue)s' paused: no worker starts its tasks until "
+                    "it is resumed; the tasks running now finish."
+                )
+                if changed
+                else _("Queue '%(queue)s' was paused already: nothing changed.")
+            )
+        else:
+            changed = resume_queue(name)
+            text = (
+                _(
+                    "Queue '%(queue)s' resumed: its tasks due meanwhile start, "
+                    "in the order they fell due."
+                )
+                if changed
+                else _("Queue '%(queue)s' was not paused: nothing changed.")
+            )
+    except UnknownQueue as exc:
+        model_admin.message_user(request, str(exc), messages.ERROR)
+    else:
+        model_admin.message_user(
+            request,
+            text % {"queue": name},
+            messages.SUCCESS if changed else messages.WARNING,
+        )
+        if changed:
+            logger.info("admin: %s %sd queue %s", user, op, name)
+    return HttpResponseRedirect(
+        reverse(
+            "admin:django_delayq_dashboard", current_app=model_admin.admin_site.name
+        )
+    )
+
+
+def _paused_text(row: PausedQueue | None) -> str:
+    """Since when, by whom and why a queue is paused ("" if it is not)."""
+    if row is None:
+        return ""
+    text = _("since %(when)s") % {"when": display.timestamp(row.paused_at)}
+    if row.paused_by:
+        text += " " + _("by %(user)s") % {"user": row.paused_by}
+    if row.reason:
+        text += ": " + row.reason
+    return text
 
 
 def read_redis(now: datetime.datetime) -> RedisView:

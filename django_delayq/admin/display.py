@@ -25,6 +25,10 @@ from ..models import DelayedTask, Status
 from ..text import clipped
 from ..timing import lateness as lateness_of
 
+#: Columns the task list and the confirmation pages never show: not loading
+#: them keeps a page of 100 rows small whatever the payloads weigh.
+HEAVY_FIELDS = ("args", "kwargs", "meta", "result", "last_traceback", "worker_ids")
+
 #: Closer than this to its run_at, a scheduled task is "due now".
 DUE_NOW_SECONDS = 1.0
 

@@ -1,36 +1,22 @@
 """What each task action is: the task status it applies to, the permission
-it needs, the public API call it makes for one task, and its words on the
-confirmation page and in messages. :mod:`django_delayq.admin.actions` runs
-them.
+it needs, the change of ``delayq_tasks`` it makes (one task at a time,
+through the public API, see :mod:`django_delayq.management.bulk`), and its
+words on the confirmation page and in messages.
+:mod:`django_delayq.admin.actions` runs them.
 """
 
 from __future__ import annotations
 
-import enum
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.utils.translation import gettext_lazy, ngettext
 
-from .. import api
-from ..exceptions import (
-    DuplicateTask,
-    InvalidSchedule,
-    InvalidTaskState,
-    TaskNotFound,
-)
 from ..models import Status
 
 if TYPE_CHECKING:
     from django.utils.functional import _StrPromise
-
-
-class Result(enum.Enum):
-    DONE = "done"
-    SKIPPED = "skipped"  # no longer in the state the action needs
-    REFUSED = "refused"  # in that state, but the API refused (held key, expired)
 
 
 @dataclass(frozen=True)
@@ -38,11 +24,12 @@ class TaskAction:
     name: str  # the admin action's name
     permission: str  # checked by ModelAdmin.has_<permission>_permission()
     applies_to: tuple[str, ...]  # the statuses a task needs for the action
+    #: the ``delayq_tasks`` change it makes (a key of ``bulk.CHANGES``)
+    change: str
     title: _StrPromise  # the action's description, the confirmation's title
     question: _StrPromise  # asked on the confirmation page
     button: _StrPromise  # the button on a task's page
     consequence: _StrPromise  # what happens to the tasks it applies to
-    apply: Callable[[uuid.UUID], tuple[Result, str]]
     done: Callable[[int], str]
     skipped: Callable[[int], str]
     logged: _StrPromise  # the admin history's change message
@@ -50,30 +37,6 @@ class TaskAction:
     applies: Callable[[int], str]
     #: the confirmation's words when it applies to none of them
     applies_to_none: _StrPromise
-
-
-def _cancel(task_id: uuid.UUID) -> tuple[Result, str]:
-    return (Result.DONE, "") if api.cancel(task_id) else (Result.SKIPPED, "")
-
-
-def _run_now(task_id: uuid.UUID) -> tuple[Result, str]:
-    try:
-        api.reschedule(task_id, delay=0)
-    except (TaskNotFound, InvalidTaskState):
-        return Result.SKIPPED, ""
-    except InvalidSchedule as exc:  # it has expired
-        return Result.REFUSED, str(exc)
-    return Result.DONE, ""
-
-
-def _retry(task_id: uuid.UUID) -> tuple[Result, str]:
-    try:
-        api.retry(task_id)
-    except (TaskNotFound, InvalidTaskState):
-        return Result.SKIPPED, ""
-    except (DuplicateTask, InvalidSchedule) as exc:  # a held key; expired
-        return Result.REFUSED, str(exc)
-    return Result.DONE, ""
 
 
 def _not_scheduled(count: int) -> str:
@@ -105,7 +68,7 @@ CANCEL = TaskAction(
         "after the grace period otherwise, and its atomic writes are rolled "
         "back."
     ),
-    apply=_cancel,
+    change="cancel",
     done=lambda n: (
         ngettext("Cancelled %(count)d task", "Cancelled %(count)d tasks", n)
         % {"count": n}
@@ -138,7 +101,7 @@ RUN_NOW = TaskAction(
     consequence=gettext_lazy(
         "Their run time becomes now: a worker runs them as soon as one is free."
     ),
-    apply=_run_now,
+    change="run-now",
     done=lambda n: (
         ngettext("Set %(count)d task to run now", "Set %(count)d tasks to run now", n)
         % {"count": n}
@@ -169,7 +132,7 @@ RETRY = TaskAction(
         "They are scheduled again to run now, with their attempts back at 0. "
         "A task whose dedupe key another active task holds now is not retried."
     ),
-    apply=_retry,
+    change="retry",
     done=lambda n: (
         ngettext("Retried %(count)d failed task", "Retried %(count)d failed tasks", n)
         % {"count": n}

@@ -38,11 +38,6 @@ from .filters import QueueFilter, TaskNameFilter
 from .readonly import ReadOnlyAdmin
 from .task_actions import ACTIONS, CANCEL, RETRY, RUN_NOW, TaskAction
 
-#: Columns the list never shows: not loading them keeps a page of 100 rows
-#: small whatever the payloads weigh.
-_HEAVY_FIELDS = ("args", "kwargs", "meta", "result", "last_traceback", "worker_ids")
-
-
 #: The last part of each action's URL name (and its permission's verb).
 _URL_VERBS = {CANCEL.name: "cancel", RUN_NOW.name: "run", RETRY.name: "retry"}
 
@@ -51,7 +46,11 @@ class _TaskChangeList(ChangeList):
     def get_queryset(
         self, request: HttpRequest, exclude_parameters: Any = None
     ) -> QuerySet[Any]:
-        return super().get_queryset(request, exclude_parameters).defer(*_HEAVY_FIELDS)
+        return (
+            super()
+            .get_queryset(request, exclude_parameters)
+            .defer(*display.HEAVY_FIELDS)
+        )
 
 
 class DelayedTaskAdmin(ReadOnlyAdmin):
@@ -246,6 +245,11 @@ class DelayedTaskAdmin(ReadOnlyAdmin):
                 name="django_delayq_dashboard",
             ),
             path(
+                "dashboard/queues/",
+                wrap(self.queue_view),
+                name="django_delayq_dashboard_queue",
+            ),
+            path(
                 "<path:object_id>/cancel/",
                 wrap(self.cancel_view),
                 name=f"{prefix}_cancel",
@@ -265,6 +269,9 @@ class DelayedTaskAdmin(ReadOnlyAdmin):
 
     def dashboard_view(self, request: HttpRequest) -> HttpResponse:
         return dashboard.render(self, request)
+
+    def queue_view(self, request: HttpRequest) -> HttpResponse:
+        return dashboard.pause_or_resume(self, request)
 
     def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return self._task_action(request, object_id, CANCEL)

@@ -8,16 +8,18 @@ import re
 import uuid
 
 import pytest
+from django.contrib.admin import helpers
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission
-from django.db import connection
+from django.db import connection, reset_queries
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from django_delayq import schedule
+from django_delayq import Call, schedule, schedule_many
 from django_delayq.admin import actions
+from django_delayq.management import bulk
 from django_delayq.models import DelayedTask, OutboxEntry, Status
 from django_delayq.outbox import replay_outbox
 from django_delayq.store import connection as redis_connection
@@ -471,24 +473,183 @@ def test_select_all_across_pages_acts_on_the_filtered_list(admin_client, redis_c
     assert refresh(other).status == Status.SCHEDULED
 
 
-def test_a_selection_over_the_limit_points_to_the_command(
-    admin_client, redis_client, monkeypatch
+def many(count: int, task=order_cancel, **options) -> list[DelayedTask]:
+    """``count`` tasks scheduled in one write."""
+    arguments = (lambda i: [i, i]) if task is add else (lambda i: [i])
+    return schedule_many(
+        [Call(task, args=arguments(i), delay=600, **options) for i in range(count)]
+    )
+
+
+def confirmation_rows(response) -> list[str]:
+    """The ids of the tasks the confirmation page lists."""
+    return re.findall(
+        r'href="[^"]*/delayedtask/([0-9a-f-]{36})/change/"', response.content.decode()
+    )
+
+
+def test_the_confirmation_shows_the_count_the_filters_and_a_sample(
+    admin_client, redis_client
 ):
-    monkeypatch.setattr(actions, "ACTION_LIMIT", 2)
-    tasks = [schedule(add, args=[i, i], delay=600) for i in range(3)]
+    orders = many(130)
+    other = many(3, task=add, queue="orders")  # another name, same queue
+    url = reverse(CHANGELIST) + "?queue=orders&name=tests.testapp.tasks.order_cancel"
+    listed = admin_client.get(url).content.decode()
+    assert "Select all 130" in re.sub(r"\s+", " ", listed)
     data = {
-        "action": "run_tasks_now",
-        "_selected_action": [str(tasks[0].pk)],
+        "action": "cancel_tasks",
+        "_selected_action": [str(t.pk) for t in orders[-100:]],  # the page
         "select_across": "1",
     }
-    confirm = admin_client.post(reverse(CHANGELIST), data)
-    assert "or run manage.py delayq_tasks run-now with filters" in text(confirm)
-    done = admin_client.post(reverse(CHANGELIST), {**data, "post": "yes"}, follow=True)
+    confirm = admin_client.post(url, data)
+    page = text(confirm)
+    assert "130 selected tasks (the first 10 shown)" in page
     assert (
-        "1 more selected task was not handled: an action handles at most 2 "
-        "tasks at a time. Run it again for the rest, or run manage.py "
-        "delayq_tasks run-now with filters for all of them at once."
-    ) in text(done)
+        "130 of the selected tasks are scheduled or running and will be cancelled."
+        in page
+    )
+    assert (
+        "Filters in force Queue orders Task name tests.testapp.tasks.order_cancel"
+        in (page)
+    )
+    # A sample, in the list's order: the newest first.
+    newest = sorted(orders, key=lambda t: t.pk, reverse=True)[:10]
+    assert confirmation_rows(confirm) == [str(t.pk) for t in newest]
+    assert "…and 120 more." in page
+    body = confirm.content.decode()
+    # The answer goes back to the same filtered list, with the selection.
+    assert re.search(r'<form method="post" action="([^"]+)">', body).group(1) == (
+        html.escape(url)
+    )
+    assert 'name="select_across" value="1"' in body
+    assert 'name="action" value="cancel_tasks"' in body
+    assert body.count(f'name="{helpers.ACTION_CHECKBOX_NAME}"') == 100
+    assert f'href="{html.escape(url)}" class="button cancel-link"' in body
+    assert all(refresh(t).status == Status.SCHEDULED for t in orders + other)
+
+
+def test_select_all_across_pages_acts_on_every_matching_task_in_batches(
+    admin_client, redis_client, monkeypatch
+):
+    monkeypatch.setattr(bulk, "BATCH_SIZE", 50)
+    orders = many(130)
+    finished = orders[:4]
+    DelayedTask.objects.filter(pk__in=[t.pk for t in finished]).update(
+        status=Status.SUCCEEDED
+    )
+    elsewhere = many(5, task=send_reminder, queue="reports")
+    url = reverse(CHANGELIST) + "?queue=orders"
+    data = {
+        "action": "cancel_tasks",
+        "_selected_action": [str(t.pk) for t in orders[-100:]],
+        "select_across": "1",
+        "post": "yes",
+    }
+    # The request's start empties the log of queries: count from there.
+    reset_queries()
+    with CaptureQueriesContext(connection) as queries:
+        answer = admin_client.post(url, data)
+    # The ids were read 50 at a time (three pages of ids and the empty end
+    # at most), never all at once (read
+    # before the next request empties the log).
+    id_reads = [
+        q["sql"]
+        for q in queries.captured_queries
+        if "LIMIT 50" in q["sql"] and "django_delayq_delayedtask" in q["sql"]
+    ]
+    assert 3 <= len(id_reads) <= 4
+    assert answer.status_code == 302
+    assert answer["Location"] == url  # back to the filtered list
+    after = text(admin_client.get(answer["Location"]))
+    assert "Cancelled 126 tasks; 4 had finished and were left alone." in after
+    statuses = dict(
+        DelayedTask.objects.filter(pk__in=[t.pk for t in orders]).values_list(
+            "pk", "status"
+        )
+    )
+    assert list(statuses.values()).count(Status.CANCELLED) == 126
+    assert {statuses[t.pk] for t in finished} == {Status.SUCCEEDED}
+    assert all(indexed_score(redis_client, t) is None for t in orders[4:])
+    # The filters held: the other queue's tasks are untouched.
+    for task in elsewhere:
+        assert refresh(task).status == Status.SCHEDULED
+        assert indexed_score(redis_client, task) == expected_score(task)
+    assert LogEntry.objects.count() == 126
+
+
+def test_run_now_and_retry_across_pages_skip_tasks_in_another_state(
+    admin_client, redis_client
+):
+    waiting = many(110, task=add, queue="reports")
+    failed = [make_failed(t) for t in many(3, task=add, queue="reports")]
+    url = reverse(CHANGELIST) + "?queue=reports"
+    base = {"_selected_action": [str(waiting[0].pk)], "select_across": "1"}
+    answer = admin_client.post(
+        url, {**base, "action": "run_tasks_now", "post": "yes"}, follow=True
+    )
+    assert (
+        "Set 110 tasks to run now; 3 were no longer scheduled and were left alone."
+        in (text(answer))
+    )
+    assert all(refresh(t).run_at < t.run_at for t in waiting)
+    answer = admin_client.post(
+        url, {**base, "action": "retry_tasks", "post": "yes"}, follow=True
+    )
+    assert "Retried 3 failed tasks; 110 had not failed and were left alone." in text(
+        answer
+    )
+    assert {refresh(t).status for t in failed} == {Status.SCHEDULED}
+
+
+def test_the_first_refusals_are_reported_one_by_one_and_the_rest_counted(
+    admin_client, redis_client
+):
+    expired = many(7, task=add, queue="reports", expires=7200)
+    passed = timezone.now() - datetime.timedelta(seconds=1)
+    DelayedTask.objects.filter(pk__in=[t.pk for t in expired]).update(expires_at=passed)
+    answer = admin_client.post(
+        reverse(CHANGELIST) + "?queue=reports",
+        {
+            "action": "run_tasks_now",
+            "_selected_action": [str(expired[0].pk)],
+            "select_across": "1",
+            "post": "yes",
+        },
+        follow=True,
+    )
+    page = text(answer)
+    assert "Set 0 tasks to run now." in page
+    assert page.count(" expired at ") == actions.REPORTED
+    assert "2 more tasks were refused too." in page
+    assert all(refresh(t).run_at == t.run_at for t in expired)
+
+
+def test_taking_the_confirmation_back_changes_nothing(admin_client, redis_client):
+    orders = many(120)
+    year = orders[0].run_at.year
+    url = (
+        reverse(CHANGELIST)
+        + f"?status__exact=scheduled&q=order_cancel&run_at__year={year}&o=-2"
+    )
+    data = {
+        "action": "cancel_tasks",
+        "_selected_action": [str(orders[0].pk)],
+        "select_across": "1",
+    }
+    confirm = admin_client.post(url, data)
+    assert (
+        f"Filters in force Status Scheduled Search order_cancel Run at {year} "
+        in text(confirm)
+    )
+    assert "120 selected tasks" in text(confirm)
+    back = re.search(
+        r'<a href="([^"]+)" class="button cancel-link">', confirm.content.decode()
+    ).group(1)
+    listed = admin_client.get(html.unescape(back))
+    assert listed.status_code == 200
+    assert "120 selected tasks" not in text(listed)
+    assert {refresh(t).status for t in orders} == {Status.SCHEDULED}
+    assert not LogEntry.objects.exists()
 
 
 def test_a_task_page_button_confirms_then_acts_and_returns_to_the_task(

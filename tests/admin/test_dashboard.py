@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime
 import html
+import io
+import json
 import os
 import re
 import signal
@@ -19,9 +21,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_delayq import schedule
-from django_delayq.models import DelayedTask, Status
+from django_delayq.conf import get_settings
+from django_delayq.models import DelayedTask, PausedQueue, Status
 from django_delayq.store import streams
-from django_delayq.store.keys import shard_keys
+from django_delayq.store.keys import paused_key, shard_keys
 from django_delayq.worker import Worker
 from tests.testapp.tasks import add, order_cancel, send_reminder
 from tools.procs import wait_for
@@ -329,3 +332,160 @@ def test_a_redis_url_redis_py_refuses_is_explained_not_a_server_error(
     assert "(delayq.E003)" in shown
     assert secret not in response.content.decode()
     assert secret not in caplog.text
+
+
+# -- pausing and resuming queues ----------------------------------------------
+
+QUEUE_ACTION = "admin:django_delayq_dashboard_queue"
+
+
+def staff(django_user_model, *codenames: str, csrf: bool = False) -> Client:
+    user = django_user_model.objects.create_user(
+        f"op-{uuid.uuid4().hex[:6]}", password="unused", is_staff=True
+    )
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    client = Client(enforce_csrf_checks=csrf)
+    client.force_login(user)
+    return client
+
+
+def queue_state(response, queue: str) -> str:
+    """The text of the state cell of ``queue`` in the counts table."""
+    body = response.content.decode()
+    start = (
+        body.index(
+            ">", body.index(f'<td class="delayq-queue-state" data-queue="{queue}"')
+        )
+        + 1
+    )
+    chunk = body[start : body.index("</td>", start)]
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", chunk))).strip()
+
+
+def listed_paused() -> list[dict]:
+    out = io.StringIO()
+    call_command("delayq_queue", "list", "--json", stdout=out)
+    return json.loads(out.getvalue())
+
+
+def test_the_dashboard_shows_each_queue_paused_or_running_with_its_button(
+    admin_client, redis_client
+):
+    call_command("delayq_queue", "pause", "reports", "--by", "ops", "--reason", "db")
+    response = admin_client.get(reverse(DASHBOARD))
+    assert queue_state(response, "orders").startswith("Running")
+    assert "Pause" in queue_state(response, "orders")
+    reports = queue_state(response, "reports")
+    assert reports.startswith("Paused since ")
+    assert reports.endswith("by ops: db Resume")
+    body = response.content.decode()
+    assert body.count(f'action="{reverse(QUEUE_ACTION)}"') == 3  # one per queue
+    assert body.count('name="csrfmiddlewaretoken"') >= 3
+
+
+def test_pause_then_resume_from_the_dashboard_writes_the_row_and_redis(
+    django_user_model, redis_client
+):
+    operator = staff(
+        django_user_model, "view_delayedtask", "change_pausedqueue", csrf=True
+    )
+    page = operator.get(reverse(DASHBOARD))
+    token = page.cookies["csrftoken"].value
+    answer = operator.post(
+        reverse(QUEUE_ACTION),
+        {
+            "queue": "orders",
+            "op": "pause",
+            "reason": "migrating",
+            "csrfmiddlewaretoken": token,
+        },
+        follow=True,
+    )
+    assert answer.redirect_chain[-1][0] == reverse(DASHBOARD)
+    assert (
+        "Queue 'orders' paused: no worker starts its tasks until it is resumed; "
+        "the tasks running now finish." in text(answer)
+    )
+    assert queue_state(answer, "orders").endswith("migrating Resume")
+    row = PausedQueue.objects.get()
+    assert (row.name, row.reason) == ("orders", "migrating")
+    assert row.paused_by.startswith("op-")
+    assert [q["queue"] for q in listed_paused()] == ["orders"]
+    mirror = paused_key(get_settings().key_prefix)
+    assert redis_client.hget(mirror, "orders") is not None  # the workers see it
+
+    again = operator.post(
+        reverse(QUEUE_ACTION),
+        {"queue": "orders", "op": "pause", "csrfmiddlewaretoken": token},
+        follow=True,
+    )
+    assert "Queue 'orders' was paused already: nothing changed." in text(again)
+
+    resumed = operator.post(
+        reverse(QUEUE_ACTION),
+        {"queue": "orders", "op": "resume", "csrfmiddlewaretoken": token},
+        follow=True,
+    )
+    assert (
+        "Queue 'orders' resumed: its tasks due meanwhile start, in the order "
+        "they fell due." in text(resumed)
+    )
+    assert queue_state(resumed, "orders").startswith("Running")
+    assert not PausedQueue.objects.exists()
+    assert listed_paused() == []
+    assert redis_client.hget(mirror, "orders") is None
+
+
+def test_without_the_permission_the_state_shows_but_no_button_and_a_post_is_403(
+    django_user_model, redis_client
+):
+    viewer = staff(django_user_model, "view_delayedtask")
+    call_command("delayq_queue", "pause", "reports")
+    response = viewer.get(reverse(DASHBOARD))
+    assert queue_state(response, "reports").startswith("Paused since ")
+    assert queue_state(response, "orders") == "Running"
+    assert reverse(QUEUE_ACTION) not in response.content.decode()
+    for data in (
+        {"queue": "orders", "op": "pause"},
+        {"queue": "reports", "op": "resume"},
+    ):
+        assert viewer.post(reverse(QUEUE_ACTION), data).status_code == 403
+    assert [q["queue"] for q in listed_paused()] == ["reports"]
+    # The permission alone does not open the dashboard's pages either.
+    pauser = staff(django_user_model, "change_pausedqueue")
+    assert (
+        pauser.post(
+            reverse(QUEUE_ACTION), {"queue": "orders", "op": "pause"}
+        ).status_code
+        == 403
+    )
+    assert [q["queue"] for q in listed_paused()] == ["reports"]
+
+
+def test_a_pause_is_a_csrf_protected_post(django_user_model, redis_client):
+    operator = staff(
+        django_user_model, "view_delayedtask", "change_pausedqueue", csrf=True
+    )
+    data = {"queue": "orders", "op": "pause"}
+    assert operator.post(reverse(QUEUE_ACTION), data).status_code == 403
+    assert operator.get(reverse(QUEUE_ACTION), data).status_code == 405
+    assert not PausedQueue.objects.exists()
+
+
+def test_an_unknown_queue_is_reported_and_a_paused_one_no_longer_configured_shows(
+    admin_client, redis_client
+):
+    answer = admin_client.post(
+        reverse(QUEUE_ACTION), {"queue": "nope", "op": "pause"}, follow=True
+    )
+    assert "nope" in text(answer)
+    assert "orders" in text(answer).split("nope", 1)[1]  # names the configured ones
+    assert not PausedQueue.objects.exists()
+    PausedQueue.objects.create(name="retired")
+    response = admin_client.get(reverse(DASHBOARD))
+    assert queue_state(response, "retired").startswith("Paused")
+    resumed = admin_client.post(
+        reverse(QUEUE_ACTION), {"queue": "retired", "op": "resume"}, follow=True
+    )
+    assert "Queue 'retired' resumed" in text(resumed)
+    assert not PausedQueue.objects.exists()

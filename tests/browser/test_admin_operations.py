@@ -1,11 +1,13 @@
 """The operators' side of the admin in headless Chromium, 1,400 px wide:
 breadcrumbs in the running Django's own markup and style, the task list's
-columns, the dashboard's activity charts, and a worker that has waited for
-work for over a minute still shown alive.
+columns, the dashboard's activity charts, a worker that has waited for
+work for over a minute still shown alive, a queue paused and resumed from
+the dashboard, and an action over every task the filters match.
 
 The tests run in order on one shop: the first runs tasks through its real
-dispatcher and worker, and the last waits until that worker has been idle
-for more than a minute, counting the time the others took.
+dispatcher and worker, and the fifth waits until that worker has been idle
+for more than a minute, counting the time the others took; the last two
+change what the others look at, so they come after.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 import django
 import pytest
 import redis
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Locator, Page, expect
 
 from tests.acceptance.processes import ExampleShop
 from tests.browser.conftest import open_tab
@@ -208,3 +210,99 @@ def test_a_worker_idle_for_over_a_minute_is_still_shown_alive(
         "a minute of idleness",
     )
     page.screenshot(path=screenshots / "dashboard-idle-worker.png", full_page=True)
+
+
+def queue_state(page: Page, queue: str) -> Locator:
+    return page.locator(f'#delayq-counts td.delayq-queue-state[data-queue="{queue}"]')
+
+
+def test_a_queue_is_paused_and_resumed_from_the_dashboard(
+    page: Page, shop: ExampleShop, screenshots: Path
+) -> None:
+    log_in(page, DASHBOARD)
+    orders = queue_state(page, "orders")
+    expect(orders).to_contain_text("Running")
+    orders.get_by_role("textbox").fill("stock count")
+    orders.get_by_role("button", name="Pause").click()
+    expect(page.locator("ul.messagelist")).to_contain_text(
+        "Queue 'orders' paused: no worker starts its tasks until it is resumed"
+    )
+    orders = queue_state(page, "orders")
+    expect(orders).to_contain_text(
+        re.compile(r"Paused\s+since .* by admin: stock count")
+    )
+    expect(queue_state(page, "coupons")).to_contain_text("Running")
+    assert re.search(
+        r"^orders\s+paused .* by admin: stock count$",
+        shop.manage("delayq_queue", "list"),
+        re.M,
+    )
+    page.locator("#delayq-counts").screenshot(path=screenshots / "queue-paused.png")
+
+    orders.get_by_role("button", name="Resume").click()
+    expect(page.locator("ul.messagelist")).to_contain_text(
+        "Queue 'orders' resumed: its tasks due meanwhile start"
+    )
+    expect(queue_state(page, "orders")).to_contain_text("Running")
+    expect(
+        queue_state(page, "orders").get_by_role("button", name="Pause")
+    ).to_be_visible()
+    assert shop.manage("delayq_queue", "list").strip() == "no queue is paused"
+
+
+def statuses(db: Path, name: str) -> dict[str, int]:
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute(
+            "SELECT status, count(*) FROM django_delayq_delayedtask WHERE name = ? "
+            "GROUP BY status",
+            (name,),
+        ).fetchall()
+    return dict(rows)
+
+
+def test_an_action_on_every_matching_task_across_pages_is_confirmed_then_done(
+    page: Page, shop: ExampleShop, screenshots: Path
+) -> None:
+    # More coupon reminders than a page of the list holds (100), and order
+    # cancels the filter leaves out.
+    shop.manage(
+        "shell",
+        "-c",
+        "from django_delayq import Call, schedule_many\n"
+        "from shop.tasks import coupon_remind, order_cancel\n"
+        "schedule_many([Call(coupon_remind, args=[i], delay=3600) "
+        "for i in range(130)])\n"
+        "schedule_many([Call(order_cancel, args=[9000 + i], delay=3600) "
+        "for i in range(3)])\n",
+    )
+    before = statuses(shop.db, "shop.tasks.order_cancel")
+    log_in(page, f"{TASKS}?queue=coupons")
+    page.locator("#action-toggle").check()
+    page.get_by_text("Select all 130 delayed tasks").click()
+    expect(page.locator(".actions .all")).to_be_visible()
+    page.locator("select[name=action]").select_option("cancel_tasks")
+    page.locator(".actions button[name=index]").click()
+
+    expect(page.locator("#content-main")).to_contain_text(
+        "130 of the selected tasks are scheduled or running and will be cancelled."
+    )
+    filters = page.locator("#delayq-filters")
+    expect(filters).to_contain_text("Queue")
+    expect(filters).to_contain_text("coupons")
+    expect(page.locator("#content-main table").last.locator("tbody tr")).to_have_count(
+        10
+    )
+    expect(page.locator("#content-main")).to_contain_text("…and 120 more.")
+    assert statuses(shop.db, "shop.tasks.coupon_remind") == {"scheduled": 130}
+    page.screenshot(path=screenshots / "bulk-confirmation.png", full_page=True)
+
+    page.get_by_role(
+        "button", name="Yes, I\N{RIGHT SINGLE QUOTATION MARK}m sure"
+    ).click()
+    expect(page.locator("ul.messagelist")).to_contain_text("Cancelled 130 tasks.")
+    expect(page).to_have_url(re.compile(r"\?queue=coupons$"))
+    first = page.locator("#result_list tbody tr").first
+    expect(first.locator(".delayq-status")).to_have_text("Cancelled")
+    assert statuses(shop.db, "shop.tasks.coupon_remind") == {"cancelled": 130}
+    assert statuses(shop.db, "shop.tasks.order_cancel") == before
+    page.screenshot(path=screenshots / "bulk-done.png", full_page=True)
