@@ -116,6 +116,14 @@ def perform(
             done.append(task_id)
         return outcome, reason
 
+    def recorded_batch(
+        ids: list[uuid.UUID],
+    ) -> dict[uuid.UUID, tuple[bulk.Outcome, str]]:
+        assert change.apply_batch is not None
+        outcomes = change.apply_batch(ids)
+        done.extend(i for i in ids if outcomes[i][0] is bulk.Outcome.DONE)
+        return outcomes
+
     def report(task_id: uuid.UUID, outcome: bulk.Outcome, reason: str) -> None:
         if outcome is bulk.Outcome.FAILED and len(refusals) < REPORTED:
             refusals.append(
@@ -127,7 +135,11 @@ def perform(
         done.clear()
 
     tally = bulk.apply_change(
-        dataclasses.replace(change, apply=recorded),
+        dataclasses.replace(
+            change,
+            apply=recorded,
+            apply_batch=recorded_batch if change.apply_batch else None,
+        ),
         applicable,
         bulk.BATCH_SIZE,
         report,
