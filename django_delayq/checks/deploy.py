@@ -168,8 +168,10 @@ def _server_warnings() -> list[CheckMessage]:
         warnings.append(
             Warning(
                 "Redis keeps nothing on disk (no RDB snapshots, no AOF): after "
-                "a restart every task is indexed again by the sweeper, up to a "
-                "sweep interval late.",
+                "a restart the dispatchers rebuild the index from the rows, and "
+                "the tasks due meanwhile run late by the restart and the "
+                "rebuild (seconds); a task that was running when its worker "
+                "died too waits for its visibility timeout.",
                 hint="Enable appendonly yes (AOF, everysec), or RDB snapshots.",
                 id=check_ids.REDIS_NOT_PERSISTENT,
             )
