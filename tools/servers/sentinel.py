@@ -144,9 +144,29 @@ class SentinelSet(Started):
             if port == old.port:
                 return False
             info = self._client(port).info("replication")
-            return info.get("role") == "master"
+            # Finished on every sentinel, not only under way: while a
+            # failover runs, get-master-addr-by-name already names the
+            # replica it promotes, and a failover that then aborts leaves
+            # the sentinels with the old primary, which comes back as the
+            # primary when it restarts.
+            return info.get("role") == "master" and self._switched_to(port)
 
         self._wait(promoted, "a replica promoted", timeout)
+
+    def _switched_to(self, port: int) -> bool:
+        """Whether every running sentinel names ``port`` as the primary, with
+        no failover in progress."""
+        for sentinel in self.sentinels:
+            if not sentinel.is_running():
+                continue
+            with self._client(sentinel.port) as client:
+                state = client.sentinel_master(SERVICE)
+            flags = state["flags"]
+            if isinstance(flags, str):  # RESP2 keeps the raw list
+                flags = set(flags.split(","))
+            if int(state["port"]) != port or "failover_in_progress" in flags:
+                return False
+        return True
 
     def wait_for_rejoin(self, server: RedisServer, timeout: float = 30.0) -> None:
         """Wait until ``server`` (an old primary, restarted) is a replica of
