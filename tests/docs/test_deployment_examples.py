@@ -1,4 +1,4 @@
-"""docs/deployment.md's configurations: each parses as its tool reads it
+"""The how-to guides' configurations (docs/howto/): each parses as its tool reads it
 (systemd and supervisord as INI, Compose and Kubernetes as YAML), each
 ``manage.py delayq_*`` command line in them parses with that command's own
 option parser, and each stop timeout outlasts the worker's grace period."""
@@ -16,10 +16,11 @@ from django.core.management import load_command_class
 
 from tests.support.docs_text import DOCS, Fence, fences
 
-PAGE = DOCS / "deployment.md"
+PAGES = sorted((DOCS / "howto").glob("*.md"))
 EXAMPLES = {
     fence.options["name"]: fence
-    for fence in fences(PAGE)
+    for page in PAGES
+    for fence in fences(page)
     if fence.options.get("name", "").startswith("deploy-")
 }
 #: What a worker supervisor needs before the process manager's SIGKILL.
@@ -91,6 +92,10 @@ def test_the_page_has_each_kind_of_example():
         "deploy-supervisord",
         "deploy-compose",
         "deploy-kubernetes",
+        "deploy-kubernetes-secret",
+        "deploy-kubernetes-migrate",
+        "deploy-kubernetes-network-policy",
+        "deploy-kubernetes-service-monitor",
     }
 
 
@@ -149,6 +154,23 @@ def test_the_kubernetes_manifests_parse_and_run_real_commands():
     assert set(commands) == {"delayq_dispatch", "delayq_worker", "delayq_sweep"}
     pod, line = commands["delayq_worker"]
     assert pod["terminationGracePeriodSeconds"] > grace_period(line)
+
+
+def test_the_migrate_job_migrates_with_the_deployments_image_and_secrets():
+    (job,) = yaml.safe_load_all(EXAMPLES["deploy-kubernetes-migrate"].body)
+    (secret,) = yaml.safe_load_all(EXAMPLES["deploy-kubernetes-secret"].body)
+    assert job["kind"] == "Job"
+    assert secret["kind"] == "Secret"
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    (container,) = pod["containers"]
+    assert container["command"][1:3] == ["manage.py", "migrate"]
+    deployments = list(yaml.safe_load_all(EXAMPLES["deploy-kubernetes"].body))
+    for document in deployments:
+        (other,) = document["spec"]["template"]["spec"]["containers"]
+        assert other["image"] == container["image"]
+        assert other["envFrom"] == container["envFrom"]
+        assert other["envFrom"] == [{"secretRef": {"name": secret["metadata"]["name"]}}]
 
 
 def test_a_misspelt_option_is_caught():
