@@ -24,6 +24,8 @@ from tests.support.docs_text import DOCS, fences, inline_code, pages
 PACKAGE = DOCS.parent / "django_delayq"
 SETTINGS = DOCS / "reference" / "settings.md"
 COMMANDS = DOCS / "reference" / "commands.md"
+#: The pages that describe the commands, each command in a section of its own.
+COMMAND_PAGES = [COMMANDS, DOCS / "reference" / "task-commands.md"]
 COMMAND_NAMES = sorted(
     path.stem for path in (PACKAGE / "management" / "commands").glob("delayq_*.py")
 )
@@ -117,10 +119,16 @@ def parser_options(name: str) -> set[str]:
 
 
 def command_section(name: str) -> str:
-    text = COMMANDS.read_text()
-    start = text.index(f"## `{name}`")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else len(text)]
+    """The section of the command pages that describes ``name``: exactly one."""
+    sections = []
+    for page in COMMAND_PAGES:
+        text = page.read_text()
+        start = text.find(f"## `{name}`")
+        if start != -1:
+            end = text.find("\n## ", start + 1)
+            sections.append(text[start : end if end != -1 else len(text)])
+    assert len(sections) == 1, f"{name}: {len(sections)} sections in {COMMAND_PAGES}"
+    return sections[0]
 
 
 @pytest.mark.parametrize("name", COMMAND_NAMES)

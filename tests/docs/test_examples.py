@@ -179,6 +179,7 @@ def test_the_docs_have_runnable_examples_with_unique_names():
     pages = {block.path.relative_to(DOCS).as_posix() for block in EXAMPLES.values()}
     assert {
         "guide/scheduling.md",
+        "guide/arguments.md",
         "guide/transactions.md",
         "guide/dedupe.md",
         "guide/cancel-reschedule.md",
