@@ -94,6 +94,7 @@ PROCESS_TESTS=(
     tests/acceptance/commands/test_rolling_restart_processes.py
     tests/acceptance/projects/test_redis_acl.py
     tests/supervisor/test_cancel_running_processes.py
+    tests/supervisor/test_key_prefix_processes.py
 )
 # Fresh projects of their own, on their own SQLite file. Each runs once, on
 # the last database of one leg (a leg runs them on its server database, or

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from types import FrameType
 
-from ..exceptions import WorkerStuck
+from ..exceptions import KeyPrefixInUse, WorkerStuck
 from ..worker import Worker, WorkerStats
 from ..worker.board import Board
 
@@ -70,6 +70,7 @@ def child_main(
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # see _start()
     threading.Thread(target=watch.run, name="delayq-watch", daemon=True).start()
     reason = None
+    refused = None
     try:
         stats = worker.run()
     except WorkerStuck:
@@ -77,11 +78,18 @@ def child_main(
         # the supervisor starts a fresh one at once.
         stats = worker.stats
         reason = "because a task ran past its time limit and could not be interrupted"
+    except KeyPrefixInUse as exc:
+        # Logged by the check. A fresh process would be refused as well: the
+        # supervisor stops instead of replacing this one again and again.
+        stats = worker.stats
+        refused = str(exc)
     watch.done.set()
     max_tasks = recycling.max_tasks
     if reason is None and max_tasks is not None and stats.processed >= max_tasks:
         reason = f"after {stats.processed} tasks"
     report = report_of(stats, reason or watch.reason)
+    if refused is not None:
+        report["refused"] = refused
     reports.send_bytes(json.dumps(report).encode())
     reports.close()
 

@@ -132,6 +132,9 @@ class Supervisor:
         #: slot -> how many of its children died in a row, for the back-off
         #: each slot's child deaths in a row
         self._backoffs: dict[int, Backoff] = {}
+        #: why a child refused to run (another project holds KEY_PREFIX):
+        #: every child would, so the supervisor stops; the command says why
+        self.refused: str | None = None
         self._stopping = False
         self._deadline: float | None = None
         self._next_limits = 0.0
@@ -281,6 +284,16 @@ class Supervisor:
                 logger.warning(
                     "delayq_worker: worker process %d %s", pid, describe_exit(code)
                 )
+            return
+        refused = report.get("refused")
+        if refused is not None:
+            logger.error(
+                "delayq_worker: worker process %d refused to run; stopping the "
+                "supervisor",
+                pid,
+            )
+            self.refused = str(refused)
+            self.stop()
             return
         reason = report.get("recycled")
         if code == 0 and reason is not None:

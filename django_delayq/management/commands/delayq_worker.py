@@ -117,6 +117,8 @@ class Command(BaseCommand):
             ):
                 supervisor.keep(metrics)  # restarted if it dies
                 totals = supervisor.run()
+            if supervisor.refused is not None:
+                raise CommandError(supervisor.refused)
             killed = totals.killed
             processed, dead, reclaimed = (
                 totals.processed,
