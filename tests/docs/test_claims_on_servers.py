@@ -175,7 +175,15 @@ def test_a_documented_bound_is_accepted(bound, redis_client):
 # -- the Redis commands -------------------------------------------------------
 
 #: Pages that say which commands django-delayq sends.
-PAGES = [DOCS / "reference" / "redis.md", DOCS / "guide" / "running.md"]
+PAGES = [
+    DOCS / "reference" / "redis.md",
+    DOCS / "reference" / "idle-costs.md",
+    DOCS / "reference" / "logging.md",
+    DOCS / "guide" / "running.md",
+    DOCS / "howto" / "run-locally.md",
+    DOCS / "howto" / "health-checks.md",
+    DOCS / "howto" / "pause-a-queue.md",
+]
 #: Commands with subcommands, named as ``CLIENT|SETNAME`` in an ACL.
 CONTAINERS = {"client", "xgroup", "xinfo", "script", "config", "acl", "cluster"}
 #: Commands the pages name that django-delayq does not send through its
