@@ -1,7 +1,7 @@
 """django-health-check checks: is django-delayq reachable, and is it healthy.
 
 Install the extra (``pip install "django-delayq[health]"``) and list the
-checks in a health-check view (docs/guide/running.md says which check suits
+checks in a health-check view (docs/howto/health-checks.md says which check suits
 which probe)::
 
     from django_delayq.health import HealthCheckView

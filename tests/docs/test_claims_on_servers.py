@@ -178,7 +178,12 @@ def test_a_documented_bound_is_accepted(bound, redis_client):
 PAGES = [
     DOCS / "reference" / "redis.md",
     DOCS / "reference" / "redis-scripts.md",
+    DOCS / "reference" / "idle-costs.md",
+    DOCS / "reference" / "logging.md",
     DOCS / "guide" / "running.md",
+    DOCS / "howto" / "run-locally.md",
+    DOCS / "howto" / "health-checks.md",
+    DOCS / "howto" / "pause-a-queue.md",
 ]
 #: Commands with subcommands, named as ``CLIENT|SETNAME`` in an ACL.
 CONTAINERS = {"client", "xgroup", "xinfo", "script", "config", "acl", "cluster"}

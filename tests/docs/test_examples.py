@@ -184,7 +184,10 @@ def test_the_docs_have_runnable_examples_with_unique_names():
         "guide/dedupe.md",
         "guide/cancel-reschedule.md",
         "guide/execution.md",
+        "guide/retries.md",
         "guide/running.md",
+        "howto/run-locally.md",
+        "reference/logging.md",
         "reference/api.md",
         "reference/signals.md",
     } <= pages

@@ -57,7 +57,7 @@ class TakesNothing:
 
 
 #: The request under way, as a project's Django middleware sets it
-#: (docs/guide/execution.md, "A request id from the view to the task").
+#: (docs/guide/middleware.md, "A request id from the view to the task").
 request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
 
 
