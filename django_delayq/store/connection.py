@@ -351,6 +351,7 @@ def _sentinel_primary(
             "socket_connect_timeout": timeout,
             "username": sentinel.sentinel_username,
             "password": sentinel.sentinel_password,
+            **_NO_CLIENT_INFO,
             **tls,
         },
     )
