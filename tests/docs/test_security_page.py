@@ -50,3 +50,30 @@ def test_every_permission_the_admin_checks_is_documented():
 
 def test_every_documented_permission_exists():
     assert _documented() - _existing() == set()
+
+
+def test_the_sentinel_example_passes_the_settings_checks(monkeypatch, tmp_path):
+    from django_delayq.conf import find_problems
+
+    [block] = [
+        code
+        for code in re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.S)
+        if "REDIS_SENTINEL" in code
+    ]
+    for name in ("ca.pem", "client.pem", "client.key"):
+        (tmp_path / name).write_text("PEM")
+    monkeypatch.setenv("DELAYQ_SENTINELS", "10.0.0.1:26379,10.0.0.2:26379")
+    monkeypatch.setenv("DELAYQ_REDIS_PASSWORD", "app-s3cret")
+    monkeypatch.setenv("DELAYQ_SENTINEL_PASSWORD", "sentinel-s3cret")
+    monkeypatch.setenv("DELAYQ_REDIS_CA", str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("DELAYQ_REDIS_CERT", str(tmp_path / "client.pem"))
+    monkeypatch.setenv("DELAYQ_REDIS_KEY", str(tmp_path / "client.key"))
+    namespace: dict[str, object] = {}
+    exec(compile(block, str(PAGE), "exec"), namespace)
+    delayq = namespace["DELAYQ"]
+    assert [p.msg for p in find_problems(delayq)] == []
+    # Without client certificates too (servers that do not ask for one).
+    monkeypatch.delenv("DELAYQ_REDIS_CERT")
+    monkeypatch.delenv("DELAYQ_REDIS_KEY")
+    exec(compile(block, str(PAGE), "exec"), namespace)
+    assert [p.msg for p in find_problems(namespace["DELAYQ"])] == []
