@@ -341,7 +341,7 @@ def _sentinel_tls_problems(
         path = value.get(key)
         if path is None:
             continue
-        if not isinstance(path, str | os.PathLike) or not os.fspath(path):
+        if not isinstance(path, str | os.PathLike) or not _is_text(os.fspath(path)):
             got = (
                 short_repr(path)
                 if isinstance(path, str)
@@ -397,6 +397,11 @@ def _sentinel_tls_problems(
             )
         )
     return problems
+
+
+def _is_text(path: str | bytes) -> bool:
+    """Whether a path is a non-empty ``str`` (redis-py's TLS files are)."""
+    return isinstance(path, str) and bool(path)
 
 
 #: The file names of the examples in the TLS options' messages.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.core import checks
 from django.core.management import call_command
@@ -203,6 +205,13 @@ def test_a_sentinel_setting_is_parsed_with_its_defaults(settings):
     assert get_settings().redis_url is None
 
 
+class BytesPath(os.PathLike):
+    """A path object whose path is bytes."""
+
+    def __fspath__(self):
+        return b"/etc/ssl/ca.pem"
+
+
 @pytest.fixture
 def pem(tmp_path):
     """A file where the TLS options expect one (its content is not read at
@@ -279,7 +288,7 @@ def test_a_bad_sentinel_user_name_is_refused_naming_the_key(settings, key, user,
 
 
 @pytest.mark.parametrize("key", ["SSL_CA_CERTS", "SSL_CERTFILE", "SSL_KEYFILE"])
-@pytest.mark.parametrize("path", [123, b"/etc/ssl/ca.pem", "", True])
+@pytest.mark.parametrize("path", [123, b"/etc/ssl/ca.pem", "", True, BytesPath()])
 def test_a_tls_file_of_the_wrong_type_is_refused_naming_the_key(
     settings, pem, key, path
 ):
@@ -320,7 +329,8 @@ def test_a_key_file_needs_its_certificate(settings, pem):
     )
 
 
-@pytest.mark.parametrize("reqs", ["REQUIRED", "yes", True, 2, ""])
+# None too: redis-py would read it as "none" and verify nothing.
+@pytest.mark.parametrize("reqs", ["REQUIRED", "yes", True, 2, "", None])
 def test_an_unknown_cert_reqs_is_refused(settings, reqs):
     settings.DELAYQ = {
         "REDIS_SENTINEL": {**SENTINEL, "SSL": True, "SSL_CERT_REQS": reqs}
