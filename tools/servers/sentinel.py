@@ -146,14 +146,19 @@ class SentinelSet(Started):
         settings: dict[str, Any] = {"SERVICE": SERVICE, "NODES": self.nodes}
         if self.password:
             settings["PASSWORD"] = settings["SENTINEL_PASSWORD"] = self.password
-        if self.tls is not None:
-            settings.update(
-                SSL=True,
-                SSL_CA_CERTS=str(self.tls.ca),
-                SSL_CERTFILE=str(self.tls.client_cert),
-                SSL_KEYFILE=str(self.tls.client_key),
-            )
-        return settings
+        return {**settings, **self.settings_tls()}
+
+    def settings_tls(self) -> dict[str, Any]:
+        """The TLS keys of ``DELAYQ["REDIS_SENTINEL"]`` (none without
+        ``tls``): the test CA, and the client certificate."""
+        if self.tls is None:
+            return {}
+        return {
+            "SSL": True,
+            "SSL_CA_CERTS": str(self.tls.ca),
+            "SSL_CERTFILE": str(self.tls.client_cert),
+            "SSL_KEYFILE": str(self.tls.client_key),
+        }
 
     # -- life cycle -----------------------------------------------------------
 

@@ -86,10 +86,12 @@ def add_users(sentinels: SentinelSet) -> None:
 
 
 def denials(sentinels: SentinelSet) -> list[str]:
-    """What any server or sentinel refused (``ACL LOG``), as
+    """What any running server or sentinel refused (``ACL LOG``), as
     ``port: user: reason object``."""
     found = []
     for server in [*sentinels.servers, *sentinels.sentinels]:
+        if not server.is_running():
+            continue
         with server.client() as admin:
             entries = admin.execute_command("ACL", "LOG")
         found += [
@@ -172,7 +174,7 @@ def test_a_sentinel_user_without_its_password_is_refused(
 def test_a_task_runs_over_tls_as_the_least_privileged_users(
     tls_sentinels: SentinelSet, tls: TlsFiles, settings: Any, transactional_db: None
 ) -> None:
-    # The files as a project gives them: pathlib paths, relative or not.
+    # The files as a project often gives them: pathlib paths.
     settings.DELAYQ = acl_settings(
         tls_sentinels,
         SSL=True,
@@ -192,6 +194,23 @@ def test_a_task_runs_over_tls_as_the_least_privileged_users(
         redis.Redis(port=port, socket_timeout=2) as plain,
     ):
         plain.ping()
+
+
+def test_over_tls_the_users_follow_a_failover(
+    tls_sentinels: SentinelSet, tls: TlsFiles, settings: Any, transactional_db: None
+) -> None:
+    """The primary killed: the sentinels promote the replica over TLS, and
+    name it to the sentinels' user, and the same users work on it."""
+    settings.DELAYQ = acl_settings(tls_sentinels, **tls_sentinels.settings_tls())
+    connection.reset()
+    run_one_task()
+    old = tls_sentinels.kill_primary()
+    tls_sentinels.wait_for_failover(old)
+    # New connections: those to the killed primary are gone with it.
+    connection.reset()
+    run_one_task()
+    assert tls_sentinels.primary() is not old
+    assert denials(tls_sentinels) == []
 
 
 @pytest.mark.parametrize(
