@@ -4,8 +4,9 @@ credentials masked, for every message that shows one."""
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import unquote, unquote_plus, urlsplit
 
@@ -18,8 +19,10 @@ from .schema import (
     CONNECTION_KEYS,
     DJANGO_REDIS_CACHE,
     REDIS_SCHEMES,
+    SENTINEL_CERT_REQS,
     SENTINEL_EXAMPLE,
     SENTINEL_KEYS,
+    SENTINEL_TLS_FILES,
     Problem,
     is_int,
 )
@@ -282,6 +285,25 @@ def sentinel_problems(value: Any) -> list[Problem]:
                 'Remove it to use database 0, or set e.g. "DB": 1.',
             )
         )
+    for key in ("USERNAME", "SENTINEL_USERNAME"):
+        user = value.get(key)
+        if user is not None and (
+            not isinstance(user, str) or not user or re.search(r"\s", user)
+        ):
+            got = (
+                short_repr(user)
+                if isinstance(user, str)
+                else f"a {type(user).__name__}"
+            )
+            problems.append(
+                problem(
+                    f'DELAYQ["REDIS_SENTINEL"]["{key}"] must be the name of a '
+                    f"Redis ACL user (a non-empty string without blanks) or None; "
+                    f"got {got}.",
+                    f'For example "{key}": "delayq"; remove the key to log in as '
+                    f"Redis's default user (with the {_PASSWORD_OF[key]} alone).",
+                )
+            )
     for key in ("PASSWORD", "SENTINEL_PASSWORD"):
         secret = value.get(key)
         if secret is not None and not isinstance(secret, str):
@@ -301,7 +323,93 @@ def sentinel_problems(value: Any) -> list[Problem]:
                 '"SSL": True connects to the sentinels and the primary over TLS.',
             )
         )
+    problems += _sentinel_tls_problems(value, problem)
     return problems
+
+
+#: The password that goes with each user name of REDIS_SENTINEL.
+_PASSWORD_OF = {"USERNAME": "PASSWORD", "SENTINEL_USERNAME": "SENTINEL_PASSWORD"}
+
+
+def _sentinel_tls_problems(
+    value: Mapping[Any, Any], problem: Callable[..., Problem]
+) -> list[Problem]:
+    """REDIS_SENTINEL's TLS options: files that exist, a known
+    ``SSL_CERT_REQS``, and ``"SSL": True`` for any of them to apply."""
+    problems: list[Problem] = []
+    for key in SENTINEL_TLS_FILES:
+        path = value.get(key)
+        if path is None:
+            continue
+        if not isinstance(path, str | os.PathLike) or not _is_text(os.fspath(path)):
+            got = (
+                short_repr(path)
+                if isinstance(path, str)
+                else f"a {type(path).__name__}"
+            )
+            problems.append(
+                problem(
+                    f'DELAYQ["REDIS_SENTINEL"]["{key}"] must be the path of a PEM '
+                    f"file (a string or a pathlib.Path) or None; got {got}.",
+                    f'For example "{key}": "/etc/ssl/redis/{_EXAMPLE_FILE[key]}".',
+                )
+            )
+        elif not os.path.isfile(path) or not os.access(path, os.R_OK):
+            problems.append(
+                problem(
+                    f'DELAYQ["REDIS_SENTINEL"]["{key}"] names {os.fspath(path)!r}, '
+                    f"which is not a file this process can read.",
+                    "Fix the path (relative paths start from the current "
+                    "directory, not the project's), or mount the file where "
+                    "the processes run.",
+                )
+            )
+    if value.get("SSL_KEYFILE") is not None and value.get("SSL_CERTFILE") is None:
+        problems.append(
+            problem(
+                'DELAYQ["REDIS_SENTINEL"]["SSL_KEYFILE"] is set without '
+                '"SSL_CERTFILE": a private key alone is no client certificate.',
+                'Set "SSL_CERTFILE" to the client certificate the key belongs to.',
+            )
+        )
+    reqs = value.get("SSL_CERT_REQS", "required")
+    if reqs not in SENTINEL_CERT_REQS:
+        problems.append(
+            problem(
+                f'DELAYQ["REDIS_SENTINEL"]["SSL_CERT_REQS"] must be one of '
+                f"{', '.join(map(repr, SENTINEL_CERT_REQS))}; got {short_repr(reqs)}.",
+                '"required" (the default) verifies the servers\' certificates '
+                'against "SSL_CA_CERTS" (or the system\'s CAs); "none" verifies '
+                "nothing, and lets anyone on the path read and change the traffic.",
+            )
+        )
+    given = [
+        key
+        for key in (*SENTINEL_TLS_FILES, "SSL_CERT_REQS")
+        if key in value and value[key] is not None
+    ]
+    if given and value.get("SSL") is not True:
+        problems.append(
+            problem(
+                f'DELAYQ["REDIS_SENTINEL"] sets {", ".join(given)} but not '
+                f'"SSL": True, so the connections would not use TLS at all.',
+                'Add "SSL": True, or remove the TLS options.',
+            )
+        )
+    return problems
+
+
+def _is_text(path: str | bytes) -> bool:
+    """Whether a path is a non-empty ``str`` (redis-py's TLS files are)."""
+    return isinstance(path, str) and bool(path)
+
+
+#: The file names of the examples in the TLS options' messages.
+_EXAMPLE_FILE = {
+    "SSL_CA_CERTS": "ca.pem",
+    "SSL_CERTFILE": "client.pem",
+    "SSL_KEYFILE": "client.key",
+}
 
 
 def sentinel_node(node: Any) -> tuple[str, int] | None:

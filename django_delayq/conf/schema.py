@@ -82,10 +82,21 @@ SENTINEL_KEYS: dict[str, Any] = {
     "SERVICE": None,
     "NODES": None,
     "DB": 0,
+    "USERNAME": None,
     "PASSWORD": None,
+    "SENTINEL_USERNAME": None,
     "SENTINEL_PASSWORD": None,
     "SSL": False,
+    "SSL_CA_CERTS": None,
+    "SSL_CERTFILE": None,
+    "SSL_KEYFILE": None,
+    "SSL_CERT_REQS": "required",
 }
+#: REDIS_SENTINEL's TLS options beside "SSL": redis-py's ``ssl_*`` arguments
+#: (as a ``rediss://`` URL's query takes them), upper-cased
+SENTINEL_TLS_FILES = ("SSL_CA_CERTS", "SSL_CERTFILE", "SSL_KEYFILE")
+#: The values of REDIS_SENTINEL's "SSL_CERT_REQS", as redis-py names them
+SENTINEL_CERT_REQS = ("required", "optional", "none")
 SENTINEL_EXAMPLE = (
     '"REDIS_SENTINEL": {"SERVICE": "mymaster", "NODES": ["10.0.0.1:26379", '
     '"10.0.0.2:26379", "10.0.0.3:26379"]}'

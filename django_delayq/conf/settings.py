@@ -55,9 +55,33 @@ class SentinelSettings:
     service: str
     nodes: tuple[tuple[str, int], ...]
     db: int = 0
+    #: the ACL user (and its password) on the primary and the replicas
+    username: str | None = None
     password: str | None = None
+    #: the ACL user (and its password) on the sentinels
+    sentinel_username: str | None = None
     sentinel_password: str | None = None
     ssl: bool = False
+    #: with ``ssl``: the CA file that verifies the servers' certificates
+    #: (None: the system's CAs), the client certificate and its key if the
+    #: servers ask for one, and redis-py's ``ssl_cert_reqs``
+    ssl_ca_certs: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_cert_reqs: str = "required"
+
+    def tls_kwargs(self) -> dict[str, Any]:
+        """redis-py's TLS arguments, for the sentinels' connections and the
+        primary's alike (nothing without ``ssl``)."""
+        if not self.ssl:
+            return {"ssl": False}
+        return {
+            "ssl": True,
+            "ssl_ca_certs": self.ssl_ca_certs,
+            "ssl_certfile": self.ssl_certfile,
+            "ssl_keyfile": self.ssl_keyfile,
+            "ssl_cert_reqs": self.ssl_cert_reqs,
+        }
 
 
 @dataclass(frozen=True)
@@ -142,9 +166,15 @@ def parse(raw: Any) -> Settings:
                 if node is not None
             ),
             db=options["DB"],
+            username=options["USERNAME"],
             password=options["PASSWORD"],
+            sentinel_username=options["SENTINEL_USERNAME"],
             sentinel_password=options["SENTINEL_PASSWORD"],
             ssl=options["SSL"],
+            ssl_ca_certs=_path(options["SSL_CA_CERTS"]),
+            ssl_certfile=_path(options["SSL_CERTFILE"]),
+            ssl_keyfile=_path(options["SSL_KEYFILE"]),
+            ssl_cert_reqs=options["SSL_CERT_REQS"],
         )
     return Settings(
         redis_url=values["REDIS_URL"],
@@ -171,6 +201,10 @@ def parse(raw: Any) -> Settings:
         test_mode=values["TEST_MODE"],
         middleware=tuple(values["MIDDLEWARE"]),
     )
+
+
+def _path(value: str | os.PathLike[str] | None) -> str | None:
+    return None if value is None else os.fspath(value)
 
 
 _lock = threading.Lock()

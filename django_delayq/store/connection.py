@@ -341,21 +341,27 @@ def _sentinel_primary(
     from redis.sentinel import Sentinel
 
     timeout = options["socket_connect_timeout"]
+    # The sentinels and the data nodes have users of their own, and the
+    # same TLS set-up: both connections get the TLS arguments.
+    tls = sentinel.tls_kwargs()
     manager = Sentinel(  # type: ignore[no-untyped-call]
         list(sentinel.nodes),
         sentinel_kwargs={
             "socket_timeout": timeout,
             "socket_connect_timeout": timeout,
+            "username": sentinel.sentinel_username,
             "password": sentinel.sentinel_password,
-            "ssl": sentinel.ssl,
+            **_NO_CLIENT_INFO,
+            **tls,
         },
     )
     client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
         sentinel.service,
         redis_class=redis.Redis,
         db=sentinel.db,
+        username=sentinel.username,
         password=sentinel.password,
-        ssl=sentinel.ssl,
+        **tls,
         **options,
     )
     return client

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.core import checks
 from django.core.management import call_command
@@ -72,6 +74,9 @@ def test_e008_finds_tasks_in_modules_nothing_imported_yet(settings):
         ({"REDIS_SENTINEL": {**SENTINEL, "NODES": "h:26379"}}, ["delayq.E012"]),
         ({"REDIS_SENTINEL": {**SENTINEL, "DB": -1}}, ["delayq.E012"]),
         ({"REDIS_SENTINEL": {**SENTINEL, "PASSWORD": 123}}, ["delayq.E012"]),
+        ({"REDIS_SENTINEL": {**SENTINEL, "USERNAME": 123}}, ["delayq.E012"]),
+        ({"REDIS_SENTINEL": {**SENTINEL, "SENTINEL_USERNAME": ""}}, ["delayq.E012"]),
+        ({"REDIS_SENTINEL": {**SENTINEL, "SSL_CERT_REQS": "none"}}, ["delayq.E012"]),
         ({"REDIS_SENTINEL": {**SENTINEL, "SSL": "yes"}}, ["delayq.E012"]),
         ({"REDIS_SENTINEL": {**SENTINEL, "MASTER": "x"}}, ["delayq.E012"]),
         ({"REDIS_URL": URL, "REDIS_CLUSTER": "yes"}, ["delayq.E013"]),
@@ -198,6 +203,158 @@ def test_a_sentinel_setting_is_parsed_with_its_defaults(settings):
     )
     assert sentinel.sentinel_password == "s3cret"
     assert get_settings().redis_url is None
+
+
+class BytesPath(os.PathLike):
+    """A path object whose path is bytes."""
+
+    def __fspath__(self):
+        return b"/etc/ssl/ca.pem"
+
+
+@pytest.fixture
+def pem(tmp_path):
+    """A file where the TLS options expect one (its content is not read at
+    check time)."""
+    path = tmp_path / "ca.pem"
+    path.write_text("-----BEGIN CERTIFICATE-----\n")
+    return path
+
+
+def test_the_sentinel_acl_users_and_tls_options_are_parsed(settings, pem):
+    settings.DELAYQ = {
+        "REDIS_SENTINEL": {
+            **SENTINEL,
+            "USERNAME": "delayq",
+            "PASSWORD": "app-s3cret",
+            "SENTINEL_USERNAME": "delayq-sentinel",
+            "SENTINEL_PASSWORD": "s3cret",
+            "SSL": True,
+            "SSL_CA_CERTS": pem,  # a pathlib.Path, as BASE_DIR / "..." gives
+            "SSL_CERTFILE": str(pem),
+            "SSL_KEYFILE": str(pem),
+            "SSL_CERT_REQS": "optional",
+        }
+    }
+    assert check_settings() == []
+    sentinel = get_settings().sentinel
+    assert sentinel is not None
+    assert (sentinel.username, sentinel.sentinel_username) == (
+        "delayq",
+        "delayq-sentinel",
+    )
+    assert sentinel.tls_kwargs() == {
+        "ssl": True,
+        "ssl_ca_certs": str(pem),
+        "ssl_certfile": str(pem),
+        "ssl_keyfile": str(pem),
+        "ssl_cert_reqs": "optional",
+    }
+
+
+def test_without_tls_options_the_sentinel_defaults_stay_redis_pys(settings):
+    settings.DELAYQ = {"REDIS_SENTINEL": {**SENTINEL, "SSL": True}}
+    sentinel = get_settings().sentinel
+    assert sentinel is not None
+    assert (sentinel.username, sentinel.sentinel_username) == (None, None)
+    assert sentinel.tls_kwargs() == {
+        "ssl": True,
+        "ssl_ca_certs": None,
+        "ssl_certfile": None,
+        "ssl_keyfile": None,
+        "ssl_cert_reqs": "required",
+    }
+    settings.DELAYQ = {"REDIS_SENTINEL": SENTINEL}
+    assert get_settings().sentinel.tls_kwargs() == {"ssl": False}
+
+
+@pytest.mark.parametrize("key", ["USERNAME", "SENTINEL_USERNAME"])
+@pytest.mark.parametrize(
+    ("user", "shown"),
+    [(123, "got a int."), (b"delayq", "got a bytes."), ("", "got ''."),
+     ("del ayq", "got 'del ayq'."), (["delayq"], "got a list.")],
+)  # fmt: skip
+def test_a_bad_sentinel_user_name_is_refused_naming_the_key(settings, key, user, shown):
+    settings.DELAYQ = {"REDIS_SENTINEL": {**SENTINEL, key: user}}
+    [message] = check_settings()
+    assert message.id == "delayq.E012"
+    assert message.msg == (
+        f'DELAYQ["REDIS_SENTINEL"]["{key}"] must be the name of a Redis ACL '
+        f"user (a non-empty string without blanks) or None; {shown}"
+    )
+    assert message.hint.startswith(f'For example "{key}": "delayq"; remove the key')
+    with pytest.raises(InvalidConfiguration, match=key):
+        get_settings()
+
+
+@pytest.mark.parametrize("key", ["SSL_CA_CERTS", "SSL_CERTFILE", "SSL_KEYFILE"])
+@pytest.mark.parametrize("path", [123, b"/etc/ssl/ca.pem", "", True, BytesPath()])
+def test_a_tls_file_of_the_wrong_type_is_refused_naming_the_key(
+    settings, pem, key, path
+):
+    settings.DELAYQ = {
+        "REDIS_SENTINEL": {**SENTINEL, "SSL": True, "SSL_CERTFILE": pem, key: path}
+    }
+    [message] = check_settings()
+    assert message.id == "delayq.E012"
+    assert message.msg.startswith(
+        f'DELAYQ["REDIS_SENTINEL"]["{key}"] must be the path of a PEM file'
+    )
+
+
+@pytest.mark.parametrize("key", ["SSL_CA_CERTS", "SSL_CERTFILE"])
+def test_a_missing_tls_file_is_refused_at_check_time_naming_key_and_path(
+    settings, tmp_path, key
+):
+    missing = tmp_path / "nowhere" / "ca.pem"
+    settings.DELAYQ = {"REDIS_SENTINEL": {**SENTINEL, "SSL": True, key: missing}}
+    [message] = check_settings()
+    assert message.id == "delayq.E012"
+    assert message.msg == (
+        f'DELAYQ["REDIS_SENTINEL"]["{key}"] names {str(missing)!r}, which is '
+        f"not a file this process can read."
+    )
+    # A folder is no file either.
+    settings.DELAYQ = {"REDIS_SENTINEL": {**SENTINEL, "SSL": True, key: tmp_path}}
+    [message] = check_settings()
+    assert "which is not a file" in message.msg
+
+
+def test_a_key_file_needs_its_certificate(settings, pem):
+    settings.DELAYQ = {"REDIS_SENTINEL": {**SENTINEL, "SSL": True, "SSL_KEYFILE": pem}}
+    [message] = check_settings()
+    assert message.id == "delayq.E012"
+    assert message.msg.startswith(
+        'DELAYQ["REDIS_SENTINEL"]["SSL_KEYFILE"] is set without "SSL_CERTFILE"'
+    )
+
+
+# None too: redis-py would read it as "none" and verify nothing.
+@pytest.mark.parametrize("reqs", ["REQUIRED", "yes", True, 2, "", None])
+def test_an_unknown_cert_reqs_is_refused(settings, reqs):
+    settings.DELAYQ = {
+        "REDIS_SENTINEL": {**SENTINEL, "SSL": True, "SSL_CERT_REQS": reqs}
+    }
+    [message] = check_settings()
+    assert message.id == "delayq.E012"
+    assert message.msg.startswith(
+        """DELAYQ["REDIS_SENTINEL"]["SSL_CERT_REQS"] must be one of 'required', """
+        """'optional', 'none'; got"""
+    )
+
+
+@pytest.mark.parametrize("ssl", [False, None])
+def test_tls_options_without_ssl_are_refused_rather_than_ignored(settings, pem, ssl):
+    sentinel = {**SENTINEL, "SSL_CA_CERTS": pem, "SSL_CERT_REQS": "required"}
+    if ssl is not None:
+        sentinel["SSL"] = ssl
+    settings.DELAYQ = {"REDIS_SENTINEL": sentinel}
+    [message] = check_settings()
+    assert message.id == "delayq.E012"
+    assert message.msg == (
+        'DELAYQ["REDIS_SENTINEL"] sets SSL_CA_CERTS, SSL_CERT_REQS but not '
+        '"SSL": True, so the connections would not use TLS at all.'
+    )
 
 
 @pytest.mark.parametrize(

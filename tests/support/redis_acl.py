@@ -1,7 +1,8 @@
 """The least-privilege Redis ACL of django-delayq, as the Redis reference
 documents it (``docs/reference/redis.md``, block ``redis-acl-setuser``): the tests
 run the whole flow under a user made of exactly these words, and check that
-the documented block says the same."""
+the documented block says the same. With Redis Sentinel, the sentinels have
+a user of their own (``docs/security.md``, block ``sentinel-acl-setuser``)."""
 
 from __future__ import annotations
 
@@ -87,3 +88,18 @@ def create_user(
     """Create ``user`` with the documented ACL, less the commands ``without``."""
     rules = [rule for rule in acl_rules(prefix, password) if rule[1:] not in without]
     admin.execute_command("ACL", "SETUSER", user, *rules)
+
+
+#: What django-delayq's client asks a sentinel: the primaries it monitors
+#: (redis-py finds the primary's address in ``SENTINEL MASTERS``).
+SENTINEL_COMMANDS = ("sentinel|masters",)
+
+
+def sentinel_acl_rules(password: str = "CHANGE-ME") -> list[str]:
+    """The rules after ``ACL SETUSER <user>`` on each sentinel."""
+    return ["reset", "on", f">{password}", *(f"+{c}" for c in SENTINEL_COMMANDS)]
+
+
+def create_sentinel_user(admin: redis.Redis, user: str, password: str) -> None:
+    """Create ``user`` on the sentinel ``admin`` is logged in to."""
+    admin.execute_command("ACL", "SETUSER", user, *sentinel_acl_rules(password))

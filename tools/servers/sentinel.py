@@ -10,6 +10,14 @@ second without an answer, so a failover takes a few seconds::
         sentinels.kill_primary()          # SIGKILL, as a crash would
         sentinels.wait_for_failover()     # the replica is the primary now
 
+With ``password`` every server and sentinel has it as its default user's
+(``requirepass``), and the replicas and the sentinels log in with it: a
+test adds its own ACL users to them (``ACL SETUSER`` on each, as ACLs are
+not replicated). With ``tls`` (:class:`~tools.servers.redis.TlsFiles`)
+replication, the sentinels' connections and the addresses they hand out
+go over TLS, every TLS client needing a certificate of the CA; each server
+keeps a plain port on 127.0.0.1 for the set-up's own look-ups.
+
 Written here, not taken from a library: no process library knows how to set
 sentinels on a primary and wait for their failover.
 """
@@ -23,7 +31,7 @@ import redis
 
 from tools.procs import LOOPBACK, NotReached
 from tools.servers.base import ServerError, Started
-from tools.servers.redis import RedisServer, redis_binary, wait_for_redis
+from tools.servers.redis import RedisServer, TlsFiles, redis_binary, wait_for_redis
 
 SERVICE = "mymaster"
 
@@ -45,8 +53,10 @@ class SentinelServer(RedisServer):
         quorum: int = 2,
         down_after_ms: int = 1000,
         failover_timeout_ms: int = 5000,
+        password: str | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(password=password, tls=tls)
         self.primary_port = primary_port
         self.quorum = quorum
         self.down_after_ms = down_after_ms
@@ -73,7 +83,26 @@ class SentinelServer(RedisServer):
             f"sentinel down-after-milliseconds {SERVICE} {self.down_after_ms}\n"
             f"sentinel failover-timeout {SERVICE} {self.failover_timeout_ms}\n"
             f"sentinel parallel-syncs {SERVICE} 1\n"
+            + "".join(f"{line}\n" for line in self._secured())
         )
+
+    def _secured(self) -> list[str]:
+        """The configuration lines of the password and of TLS."""
+        lines = []
+        if self.password:
+            # Clients of the sentinel, the other sentinels, and the servers.
+            lines += [
+                f"requirepass {self.password}",
+                f"sentinel sentinel-pass {self.password}",
+                f"sentinel auth-pass {SERVICE} {self.password}",
+            ]
+        if self.tls is not None and self.tls_port is not None:
+            args = self.tls.server_args(self.tls_port)
+            lines += [
+                f"{flag[2:]} {value}"
+                for flag, value in zip(args[::2], args[1::2], strict=True)
+            ]
+        return lines
 
     def _argv(self) -> list[str]:
         return [redis_binary(), str(self.config_path), "--sentinel"]
@@ -82,23 +111,54 @@ class SentinelServer(RedisServer):
 class SentinelSet(Started):
     """A primary, a replica and three sentinels, started and stopped together."""
 
-    def __init__(self) -> None:
-        first = RedisServer()
+    def __init__(
+        self, *, password: str | None = None, tls: TlsFiles | None = None
+    ) -> None:
+        self.password = password
+        self.tls = tls
+        # Every server may become a replica (of the one the sentinels promote).
+        auth = ["--masterauth", password] if password else []
+        first = RedisServer(password=password, tls=tls, extra_args=auth)
+        primary = str(first.announced_port)
         self.servers = [
             first,
-            RedisServer(extra_args=["--replicaof", LOOPBACK, str(first.port)]),
+            RedisServer(
+                password=password,
+                tls=tls,
+                extra_args=[*auth, "--replicaof", LOOPBACK, primary],
+            ),
         ]
-        self.sentinels = [SentinelServer(first.port) for _ in range(3)]
+        self.sentinels = [
+            SentinelServer(first.announced_port, password=password, tls=tls)
+            for _ in range(3)
+        ]
 
     # -- what clients use ---------------------------------------------------
 
     @property
     def nodes(self) -> list[str]:
-        return [f"{LOOPBACK}:{s.port}" for s in self.sentinels]
+        return [f"{LOOPBACK}:{s.announced_port}" for s in self.sentinels]
 
     def settings(self) -> dict[str, Any]:
-        """``DELAYQ["REDIS_SENTINEL"]`` for this set-up."""
-        return {"SERVICE": SERVICE, "NODES": self.nodes}
+        """``DELAYQ["REDIS_SENTINEL"]`` for this set-up, logged in as the
+        default users (with the password), over TLS with the client
+        certificate (with ``tls``)."""
+        settings: dict[str, Any] = {"SERVICE": SERVICE, "NODES": self.nodes}
+        if self.password:
+            settings["PASSWORD"] = settings["SENTINEL_PASSWORD"] = self.password
+        return {**settings, **self.settings_tls()}
+
+    def settings_tls(self) -> dict[str, Any]:
+        """The TLS keys of ``DELAYQ["REDIS_SENTINEL"]`` (none without
+        ``tls``): the test CA, and the client certificate."""
+        if self.tls is None:
+            return {}
+        return {
+            "SSL": True,
+            "SSL_CA_CERTS": str(self.tls.ca),
+            "SSL_CERTFILE": str(self.tls.client_cert),
+            "SSL_KEYFILE": str(self.tls.client_key),
+        }
 
     # -- life cycle -----------------------------------------------------------
 
@@ -119,11 +179,7 @@ class SentinelSet(Started):
 
     def primary(self) -> RedisServer:
         """The server the sentinels name as the primary now."""
-        port = self._primary_port()
-        for server in self.servers:
-            if server.port == port:
-                return server
-        raise ServerError(f"the sentinels name an unknown primary on port {port}")
+        return self._server_on(self._primary_port())
 
     def replica(self) -> RedisServer:
         primary = self.primary()
@@ -141,9 +197,10 @@ class SentinelSet(Started):
 
         def promoted() -> bool:
             port = self._primary_port()
-            if port == old.port:
+            if port == old.announced_port:
                 return False
-            info = self._client(port).info("replication")
+            with self._server_on(port).client() as client:
+                info = client.info("replication")
             # Finished on every sentinel, not only under way: while a
             # failover runs, get-master-addr-by-name already names the
             # replica it promotes, and a failover that then aborts leaves
@@ -159,7 +216,7 @@ class SentinelSet(Started):
         for sentinel in self.sentinels:
             if not sentinel.is_running():
                 continue
-            with self._client(sentinel.port) as client:
+            with sentinel.client() as client:
                 state = client.sentinel_master(SERVICE)
             flags = state["flags"]
             if isinstance(flags, str):  # RESP2 keeps the raw list
@@ -175,7 +232,7 @@ class SentinelSet(Started):
         seen: dict[str, Any] = {}
 
         def rejoined() -> bool:
-            with self._client(server.port) as client:
+            with server.client() as client:
                 info = client.info("replication")
             seen["server"] = {
                 key: info.get(key)
@@ -196,15 +253,21 @@ class SentinelSet(Started):
 
     # -- internals ----------------------------------------------------------
 
-    def _client(self, port: int) -> redis.Redis:
-        return redis.Redis(LOOPBACK, port, socket_timeout=1.0)
+    def _server_on(self, port: int) -> RedisServer:
+        """The server whose announced port is ``port``."""
+        for server in self.servers:
+            if server.announced_port == port:
+                return server
+        raise ServerError(f"the sentinels name an unknown primary on port {port}")
 
     def _primary_port(self) -> int:
+        """The port the sentinels name the primary on (a TLS port with
+        ``tls``)."""
         for sentinel in self.sentinels:
             if not sentinel.is_running():
                 continue
             try:
-                with self._client(sentinel.port) as client:
+                with sentinel.client() as client:
                     _host, port = client.sentinel_get_master_addr_by_name(SERVICE)
                 return int(port)
             except (redis.RedisError, TypeError, ValueError):
@@ -212,13 +275,13 @@ class SentinelSet(Started):
         raise ServerError("no sentinel names a primary")
 
     def _replicating(self) -> bool:
-        with self._client(self.servers[1].port) as client:
+        with self.servers[1].client() as client:
             info = client.info("replication")
         return info.get("master_link_status") == "up"
 
     def _sentinels_agree(self) -> bool:
         for sentinel in self.sentinels:
-            with self._client(sentinel.port) as client:
+            with sentinel.client() as client:
                 state = client.sentinel_master(SERVICE)
             if int(state["num-slaves"]) < 1 or int(state["num-other-sentinels"]) < 2:
                 return False
