@@ -127,8 +127,21 @@ _NO_CLIENT_INFO: dict[str, Any] = (
 )
 
 
+#: redis-py 8 caps a pool at 100 connections unless told otherwise
+#: (``MaxConnectionsError: Too many connections`` past it); earlier
+#: releases did not cap it. A worker holds a blocking connection per thread
+#: (``--concurrency`` goes to 256) and a web server one per thread serving
+#: a request: the threads bound the connections, so the pool need not. A
+#: ``max_connections`` in ``REDIS_URL``'s query still wins.
+POOL_CONNECTIONS = 2**31 - 1
+
+
 def _role_options(role: str, settings: Settings) -> dict[str, Any]:
-    return {**_NO_CLIENT_INFO, **_per_role(role, settings)}
+    return {
+        **_NO_CLIENT_INFO,
+        "max_connections": POOL_CONNECTIONS,
+        **_per_role(role, settings),
+    }
 
 
 def _per_role(role: str, settings: Settings) -> dict[str, Any]:

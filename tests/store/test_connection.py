@@ -232,3 +232,28 @@ def test_schedule_refuses_a_redis_url_redis_py_refuses_without_its_password(
     assert secret not in caplog.text
     assert not DelayedTask.objects.exists()
     assert not OutboxEntry.objects.exists()
+
+
+@pytest.mark.parametrize("role", ["loop", "blocking"])
+def test_a_client_serves_more_threads_at_once_than_redis_pys_default_pool(role):
+    # A worker with --concurrency 256 reads with a connection per thread;
+    # redis-py 8 caps a pool at 100 connections unless told otherwise.
+    client = get_client(role)
+    threads = 150
+    together = threading.Barrier(threads)
+    errors: list[BaseException] = []
+
+    def wait_on_redis() -> None:
+        together.wait()
+        try:
+            # Holds its connection for a second on the server: all overlap.
+            client.blpop([b"delayq-test:nothing"], timeout=1)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    started = [threading.Thread(target=wait_on_redis) for _ in range(threads)]
+    for thread in started:
+        thread.start()
+    for thread in started:
+        thread.join()
+    assert errors == []
