@@ -106,7 +106,31 @@ def _time_limit_warnings(settings: conf.Settings) -> list[CheckMessage]:
 def _url_warnings(settings: conf.Settings) -> list[CheckMessage]:
     warnings: list[CheckMessage] = []
     if settings.sentinel is not None:
-        if not settings.sentinel.password:
+        sentinel = settings.sentinel
+        remote = sorted({host for host, _ in sentinel.nodes} - _LOOPBACK)
+        if remote and not sentinel.ssl:
+            warnings.append(
+                Warning(
+                    f'DELAYQ["REDIS_SENTINEL"] reaches {", ".join(remote)} without '
+                    f"TLS: task ids, and the passwords, cross the network "
+                    f"unencrypted.",
+                    hint='Set "SSL": True (with "SSL_CA_CERTS" for a private CA) '
+                    "and serve TLS on the sentinels and the Redis servers.",
+                    id=check_ids.REDIS_PLAINTEXT,
+                )
+            )
+        elif sentinel.ssl and sentinel.ssl_cert_reqs == "none":
+            warnings.append(
+                Warning(
+                    'DELAYQ["REDIS_SENTINEL"]["SSL_CERT_REQS"] is "none": the '
+                    "servers' certificates are not verified, so anyone on the "
+                    "path can pose as Redis.",
+                    hint='Use "required" (the default), with "SSL_CA_CERTS" '
+                    "naming the CA that signed the servers' certificates.",
+                    id=check_ids.REDIS_PLAINTEXT,
+                )
+            )
+        if not sentinel.password:
             warnings.append(_no_password('DELAYQ["REDIS_SENTINEL"] has no PASSWORD'))
         return warnings
     if settings.redis_url is None:

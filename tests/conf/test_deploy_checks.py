@@ -65,6 +65,26 @@ def test_plaintext_to_another_host_is_flagged_from_the_url_alone():
     assert url_ids("redis://:pw@127.0.0.1:6379/0") == set()
 
 
+def test_sentinel_without_tls_to_another_host_is_flagged_from_the_settings_alone():
+    def sentinel_ids(nodes: list[str], **options: object) -> set[str]:
+        raw = delayq_settings("")
+        del raw["REDIS_URL"]
+        raw["REDIS_SENTINEL"] = {
+            "SERVICE": "mymaster",
+            "NODES": nodes,
+            "PASSWORD": "pw",
+            **options,
+        }
+        found = deploy._url_warnings(conf.parse(raw))
+        return {message.id for message in found}
+
+    remote = ["192.0.2.10:26379", "192.0.2.11:26379"]
+    assert sentinel_ids(remote) == {"delayq.W004"}
+    assert sentinel_ids(remote, SSL=True) == set()
+    assert sentinel_ids(remote, SSL=True, SSL_CERT_REQS="none") == {"delayq.W004"}
+    assert sentinel_ids(["127.0.0.1:26379"]) == set()
+
+
 @pytest.mark.parametrize("server", [CAREFUL], indirect=True)
 @pytest.mark.parametrize("mode", ["manual", "immediate"])
 def test_a_test_mode_with_debug_off_is_an_error(settings, server, mode):
