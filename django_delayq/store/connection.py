@@ -362,6 +362,10 @@ def _sentinel_primary(
         sentinel_kwargs={
             "socket_timeout": timeout,
             "socket_connect_timeout": timeout,
+            # redis-py retries a sentinel three times with a backoff by
+            # default: seconds per sentinel while none answers, where the
+            # role allows REDIS_TIMEOUT and no retry.
+            "retry": options["retry"],
             "username": sentinel.sentinel_username,
             "password": sentinel.sentinel_password,
             **_NO_CLIENT_INFO,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Iterator
@@ -257,3 +258,41 @@ def test_a_client_serves_more_threads_at_once_than_redis_pys_default_pool(role):
     for thread in started:
         thread.join()
     assert errors == []
+
+
+@pytest.mark.timeout(30)
+def test_sentinels_that_do_not_answer_are_asked_once_each(settings):
+    """redis-py retries a sentinel three times by default, with a backoff:
+    seconds before schedule() may give up, where REDIS_TIMEOUT bounds it."""
+    listeners = []
+    for _ in range(2):
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        listeners.append(listener)
+    try:
+        raw = delayq_settings("", REDIS_TIMEOUT=0.2)
+        del raw["REDIS_URL"]
+        raw["REDIS_SENTINEL"] = {
+            "SERVICE": "mymaster",
+            "NODES": [f"127.0.0.1:{s.getsockname()[1]}" for s in listeners],
+        }
+        settings.DELAYQ = raw
+        connection.reset()
+        task = schedule(add, args=[1, 2], delay=30)
+        [entry] = OutboxEntry.objects.all()
+        assert entry.task_id == task.pk
+        # One connection to each silent sentinel, none made again.
+        for listener in listeners:
+            listener.setblocking(False)
+            accepted = []
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    accepted.append(listener.accept()[0])
+            for peer in accepted:
+                peer.close()
+            assert len(accepted) == 1
+    finally:
+        connection.reset()
+        for listener in listeners:
+            listener.close()

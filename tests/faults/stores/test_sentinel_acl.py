@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -115,21 +116,9 @@ def tls(tmp_path: Path) -> TlsFiles:
     return TlsFiles.generate(tmp_path / "tls")
 
 
-@pytest.fixture
-def plain_sentinels(settings: Any) -> Iterator[SentinelSet]:
-    sentinels = start(None)
-    try:
-        settings.DELAYQ = acl_settings(sentinels)
-        add_users(sentinels)
-        connection.reset()
-        yield sentinels
-    finally:
-        connection.reset()
-        sentinels.close()
-
-
-@pytest.fixture
-def tls_sentinels(settings: Any, tls: TlsFiles) -> Iterator[SentinelSet]:
+@contextmanager
+def configured(settings: Any, tls: TlsFiles | None) -> Iterator[SentinelSet]:
+    """A Sentinel set-up with its users, and DELAYQ pointed at it."""
     sentinels = start(tls)
     try:
         settings.DELAYQ = acl_settings(sentinels)
@@ -139,6 +128,18 @@ def tls_sentinels(settings: Any, tls: TlsFiles) -> Iterator[SentinelSet]:
     finally:
         connection.reset()
         sentinels.close()
+
+
+@pytest.fixture
+def plain_sentinels(settings: Any) -> Iterator[SentinelSet]:
+    with configured(settings, None) as sentinels:
+        yield sentinels
+
+
+@pytest.fixture
+def tls_sentinels(settings: Any, tls: TlsFiles) -> Iterator[SentinelSet]:
+    with configured(settings, tls) as sentinels:
+        yield sentinels
 
 
 def test_a_task_runs_as_the_least_privileged_users_of_sentinels_and_servers(
