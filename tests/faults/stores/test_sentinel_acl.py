@@ -111,34 +111,67 @@ def run_one_task() -> None:
     assert DelayedTask.objects.get(pk=task.pk).result == 5
 
 
-@pytest.fixture
-def tls(tmp_path: Path) -> TlsFiles:
-    return TlsFiles.generate(tmp_path / "tls")
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
+    return TlsFiles.generate(tmp_path_factory.mktemp("tls"))
 
 
 @contextmanager
-def configured(settings: Any, tls: TlsFiles | None) -> Iterator[SentinelSet]:
-    """A Sentinel set-up with its users, and DELAYQ pointed at it."""
+def started(tls: TlsFiles | None) -> Iterator[SentinelSet]:
+    """A Sentinel set-up with the documented users."""
     sentinels = start(tls)
     try:
-        settings.DELAYQ = acl_settings(sentinels)
         add_users(sentinels)
-        connection.reset()
         yield sentinels
     finally:
-        connection.reset()
         sentinels.close()
 
 
-@pytest.fixture
-def plain_sentinels(settings: Any) -> Iterator[SentinelSet]:
-    with configured(settings, None) as sentinels:
+@contextmanager
+def configured(settings: Any, sentinels: SentinelSet) -> Iterator[SentinelSet]:
+    """DELAYQ pointed at ``sentinels``, whose ACL logs start empty."""
+    for server in [*sentinels.servers, *sentinels.sentinels]:
+        if server.is_running():
+            with server.client() as admin:
+                admin.execute_command("ACL", "LOG", "RESET")
+    settings.DELAYQ = acl_settings(sentinels)
+    connection.reset()
+    try:
+        yield sentinels
+    finally:
+        connection.reset()
+
+
+# A set-up takes seconds (replication, the sentinels' agreement): the tests
+# that leave it as they found it share one per kind.
+@pytest.fixture(scope="module")
+def plain_set() -> Iterator[SentinelSet]:
+    with started(None) as sentinels:
+        yield sentinels
+
+
+@pytest.fixture(scope="module")
+def tls_set(tls: TlsFiles) -> Iterator[SentinelSet]:
+    with started(tls) as sentinels:
         yield sentinels
 
 
 @pytest.fixture
-def tls_sentinels(settings: Any, tls: TlsFiles) -> Iterator[SentinelSet]:
-    with configured(settings, tls) as sentinels:
+def plain_sentinels(settings: Any, plain_set: SentinelSet) -> Iterator[SentinelSet]:
+    with configured(settings, plain_set) as sentinels:
+        yield sentinels
+
+
+@pytest.fixture
+def tls_sentinels(settings: Any, tls_set: SentinelSet) -> Iterator[SentinelSet]:
+    with configured(settings, tls_set) as sentinels:
+        yield sentinels
+
+
+@pytest.fixture
+def tls_sentinels_to_fail(settings: Any, tls: TlsFiles) -> Iterator[SentinelSet]:
+    """A set-up of its own, for a test that kills its primary."""
+    with started(tls) as fresh, configured(settings, fresh) as sentinels:
         yield sentinels
 
 
@@ -198,20 +231,21 @@ def test_a_task_runs_over_tls_as_the_least_privileged_users(
 
 
 def test_over_tls_the_users_follow_a_failover(
-    tls_sentinels: SentinelSet, tls: TlsFiles, settings: Any, transactional_db: None
+    tls_sentinels_to_fail: SentinelSet, settings: Any, transactional_db: None
 ) -> None:
     """The primary killed: the sentinels promote the replica over TLS, and
     name it to the sentinels' user, and the same users work on it."""
-    settings.DELAYQ = acl_settings(tls_sentinels, **tls_sentinels.settings_tls())
+    sentinels = tls_sentinels_to_fail
+    settings.DELAYQ = acl_settings(sentinels, **sentinels.settings_tls())
     connection.reset()
     run_one_task()
-    old = tls_sentinels.kill_primary()
-    tls_sentinels.wait_for_failover(old)
+    old = sentinels.kill_primary()
+    sentinels.wait_for_failover(old)
     # New connections: those to the killed primary are gone with it.
     connection.reset()
     run_one_task()
-    assert tls_sentinels.primary() is not old
-    assert denials(tls_sentinels) == []
+    assert sentinels.primary() is not old
+    assert denials(sentinels) == []
 
 
 @pytest.mark.parametrize(
